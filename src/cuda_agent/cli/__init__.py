@@ -1,0 +1,1 @@
+"""The ``cuda-agent`` command line: one sub-command per pipeline stage."""

@@ -1,0 +1,27 @@
+"""The ``cuda-agent`` command: ``cuda-agent --help`` lists the stages."""
+
+from __future__ import annotations
+
+import typer
+
+from cuda_agent.cli import judge_cmd, tasks_cmd, workspace_cmd
+
+app = typer.Typer(
+    name="cuda-agent",
+    help="Turn PyTorch programs into faster, verified custom CUDA (or C++) kernels.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(tasks_cmd.app, name="tasks")
+app.add_typer(workspace_cmd.app, name="workspace")
+app.command("judge")(judge_cmd.judge)
+app.command("demo")(judge_cmd.demo)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

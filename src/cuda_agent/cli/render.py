@@ -1,0 +1,66 @@
+"""Rich rendering of results for the terminal, and JSON output."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from cuda_agent.results import BuildResult, JudgeResult, to_dict
+
+console = Console()
+errors = Console(stderr=True, soft_wrap=True)
+
+
+def judge_summary(result: JudgeResult) -> dict[str, Any]:
+    """The stable JSON record of ``cuda-agent judge --json`` (plus nested details)."""
+    data = to_dict(result)
+    head = {k: data[k] for k in ("task", "device", "precision", "compiled", "correct", "reward",
+                                 "reasons", "runtime_ms", "eager_ms", "compile_ms",
+                                 "speedup_vs_eager", "speedup_vs_compile")}
+    return {**head, **{k: v for k, v in data.items() if k not in head and k != "profile"}}
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=1, default=str))
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g} ms"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def print_judge(result: JudgeResult) -> None:
+    table = Table(title=f"judge: {result.task} on {result.device} ({result.precision})",
+                  show_header=False)
+    colour = "green" if result.reward > 0 else "red"
+    table.add_row("reward", f"[bold {colour}]{result.reward}[/]")
+    table.add_row("compiled / correct", f"{result.compiled} / {result.correct}")
+    table.add_row("candidate", _ms(result.runtime_ms))
+    table.add_row("eager", f"{_ms(result.eager_ms)}  (speed-up {_x(result.speedup_vs_eager)})")
+    table.add_row("torch.compile",
+                  f"{_ms(result.compile_ms)}  (speed-up {_x(result.speedup_vs_compile)})")
+    if result.correctness and result.correctness.max_abs_error is not None:
+        table.add_row("max abs / rel-norm error", f"{result.correctness.max_abs_error:.3g} / "
+                      f"{result.correctness.max_rel_error:.3g}")
+    console.print(table)
+    for reason in result.reasons:
+        console.print(f"  [yellow]-[/] {reason}")
+    if result.build and not result.build.ok:
+        print_build(result.build)
+
+
+def print_build(result: BuildResult) -> None:
+    status = "[green]ok[/]" if result.ok else "[red]failed[/]"
+    console.print(f"build {status} in {result.seconds:.2f} s: "
+                  f"{len(result.compiled)} compiled, {len(result.cached)} cached")
+    for diag in result.diagnostics:
+        style = "red" if diag.severity in ("error", "fatal error") else "yellow"
+        console.print(f"  [{style}]{diag}[/]", highlight=False, soft_wrap=True)
+    if not result.ok and not result.diagnostics and result.log:
+        console.print(result.log, highlight=False)

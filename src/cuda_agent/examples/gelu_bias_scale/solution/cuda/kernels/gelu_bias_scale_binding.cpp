@@ -1,0 +1,46 @@
+// gelu_bias_scale_binding.cpp -- checks, allocation and registration for gelu_bias_scale.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "binding_registry.h"
+
+extern "C" void gelu_bias_scale_launch(const float* x, const float* bias, float* out,
+                                       int64_t rows, int64_t cols, float scale, int config,
+                                       cudaStream_t stream);
+
+namespace {
+
+cuda_ext::Outputs gelu_bias_scale(const cuda_ext::Args& args) {
+  const cuda_ext::Tensor& x = args.tensor(0);
+  const cuda_ext::Tensor& bias = args.tensor(1);
+  const float scale = static_cast<float>(args.real(2));
+  CUDA_EXT_CHECK(x.is_cuda(), "x must be a CUDA tensor");
+  CUDA_EXT_CHECK(bias.device == x.device, "x and bias must be on the same device");
+  CUDA_EXT_CHECK(x.dtype == cuda_ext::DType::Float32, "x must be float32");
+  CUDA_EXT_CHECK(bias.dtype == cuda_ext::DType::Float32, "bias must be float32");
+  CUDA_EXT_CHECK(x.dim() >= 1, "x must have at least one dimension");
+  CUDA_EXT_CHECK(bias.dim() == 1, "bias must be one-dimensional");
+  CUDA_EXT_CHECK(bias.size(0) == x.size(-1), "bias length must match the last dimension of x");
+  CUDA_EXT_CHECK(x.is_contiguous() && bias.is_contiguous(), "x and bias must be contiguous");
+
+  cuda_ext::Tensor out = cuda_ext::empty_like(x);
+  const int64_t cols = x.size(-1);
+  const int64_t rows = cols == 0 ? 0 : x.numel() / cols;
+  gelu_bias_scale_launch(x.data_ptr<float>(), bias.data_ptr<float>(), out.data_ptr<float>(),
+                         rows, cols, scale, /*config=*/0,
+                         static_cast<cudaStream_t>(cuda_ext::current_stream(x)));
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string("gelu_bias_scale: kernel launch failed: ") +
+                             cudaGetErrorString(err));
+  return {out};
+}
+
+}  // namespace
+
+REGISTER_BINDING(gelu_bias_scale,
+                 "gelu_bias_scale(x: Tensor, bias: Tensor, scale: float) -> Tensor",
+                 gelu_bias_scale);

@@ -1,0 +1,75 @@
+"""Compare candidate outputs with reference outputs, element-wise and by relative norm."""
+
+from __future__ import annotations
+
+import torch
+
+from cuda_agent.results import CorrectnessResult
+
+# (atol, rtol) by output dtype
+TOLERANCES = {
+    torch.float64: (1e-7, 1e-7),
+    torch.float32: (1e-4, 1e-4),
+    torch.float16: (1e-2, 1e-2),
+    torch.bfloat16: (2e-2, 2e-2),
+}
+
+
+def tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
+    default = TOLERANCES.get(dtype, (0.0, 0.0))
+    return (default[0] if atol is None else atol, default[1] if rtol is None else rtol)
+
+
+def compare_trials(reference: list[list[torch.Tensor]], candidate: list[list[object]],
+                   atol: float | None = None, rtol: float | None = None) -> CorrectnessResult:
+    """Check every output of every trial; the first failure of each kind is reported."""
+    reasons: list[str] = []
+    max_abs = max_rel = 0.0
+    used = (0.0, 0.0)
+    for trial, (ref_outs, cand_outs) in enumerate(zip(reference, candidate, strict=True)):
+        if len(ref_outs) != len(cand_outs):
+            reasons.append(f"trial {trial}: {len(cand_outs)} outputs, expected {len(ref_outs)}")
+            break
+        for k, (ref, out) in enumerate(zip(ref_outs, cand_outs, strict=True)):
+            where = f"trial {trial}, output {k}"
+            if type(out) is not torch.Tensor:
+                reasons.append(f"{where}: got {type(out).__name__}, expected a plain torch.Tensor")
+                continue
+            if out.shape != ref.shape or out.dtype != ref.dtype:
+                reasons.append(f"{where}: got {out.dtype} {tuple(out.shape)}, "
+                               f"expected {ref.dtype} {tuple(ref.shape)}")
+                continue
+            used = tolerance(ref.dtype, atol, rtol)
+            problem, abs_err, rel_err = _check(ref, out, *used)
+            max_abs, max_rel = max(max_abs, abs_err), max(max_rel, rel_err)
+            if problem:
+                reasons.append(f"{where}: {problem}")
+        if reasons:
+            break
+    return CorrectnessResult(not reasons, len(reference), max_abs, max_rel, used[0], used[1],
+                             tuple(reasons))
+
+
+def _check(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float
+           ) -> tuple[str | None, float, float]:
+    if not ref.is_floating_point():
+        mismatched = int((ref != out).sum())
+        return (f"{mismatched} elements differ" if mismatched else None), float(mismatched), 0.0
+    ref64, out64 = ref.double(), out.double()
+    finite = torch.isfinite(ref64)
+    if bool((finite & ~torch.isfinite(out64)).any()):
+        return "non-finite values where the reference is finite", float("inf"), float("inf")
+    if bool((~finite & (ref64.nan_to_num(0.0) != out64.nan_to_num(0.0))).any()):
+        return "non-finite reference values not reproduced", float("inf"), float("inf")
+    diff = (out64 - ref64).abs().where(finite, torch.zeros_like(ref64))
+    abs_err = float(diff.max()) if diff.numel() else 0.0
+    norm = float(torch.linalg.vector_norm(ref64.where(finite, torch.zeros_like(ref64))))
+    rel_err = float(torch.linalg.vector_norm(diff)) / norm if norm > 0 else abs_err
+    bad = diff > atol + rtol * ref64.abs()
+    if bool(bad.any()):
+        count = int(bad.sum())
+        return (f"{count} of {ref.numel()} elements outside atol={atol:g}, rtol={rtol:g} "
+                f"(max abs error {abs_err:.3g})"), abs_err, rel_err
+    if norm > 0 and rel_err > max(rtol, 1e-7):
+        return f"relative norm error {rel_err:.3g} above {rtol:g}", abs_err, rel_err
+    return None, abs_err, rel_err

@@ -1,0 +1,108 @@
+"""Frozen, typed results that flow from the builder and judge to the agent, trainer and eval.
+
+Every result converts to plain JSON with ``to_dict`` and back with ``from_dict``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def to_dict(result: Any) -> dict[str, Any]:
+    """Plain-JSON form of any result dataclass (tuples become lists)."""
+    return dataclasses.asdict(result)
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostic:
+    """One compiler message, trimmed for an agent to act on."""
+
+    file: str | None
+    line: int | None
+    column: int | None
+    severity: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file or "<link>"
+        if self.line is not None:
+            where += f":{self.line}"
+            if self.column is not None:
+                where += f":{self.column}"
+        return f"{where}: {self.severity}: {self.message}"
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildResult:
+    """Outcome of building a workspace's kernels into the ``cuda_extension`` module."""
+
+    ok: bool
+    device: str
+    extension_path: str | None
+    diagnostics: tuple[Diagnostic, ...] = ()
+    compiled: tuple[str, ...] = ()
+    cached: tuple[str, ...] = ()
+    seconds: float = 0.0
+    log: str = ""
+
+    @property
+    def errors(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity in ("error", "fatal error"))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BuildResult:
+        diags = tuple(Diagnostic(**d) for d in data.get("diagnostics", ()))
+        fields = {**data, "diagnostics": diags}
+        for key in ("compiled", "cached"):
+            fields[key] = tuple(fields.get(key, ()))
+        return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingStats:
+    """Wall time of repeated forward calls, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    mean_ms: float
+    runs: int
+
+
+@dataclasses.dataclass(frozen=True)
+class CorrectnessResult:
+    """Comparison of candidate outputs with the reference over all trials."""
+
+    correct: bool
+    trials: int
+    max_abs_error: float | None
+    max_rel_error: float | None
+    atol: float
+    rtol: float
+    reasons: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeResult:
+    """The judge's verdict on one candidate for one task: what the reward is computed from."""
+
+    task: str
+    device: str
+    precision: str
+    compiled: bool
+    correct: bool
+    reward: int
+    reasons: tuple[str, ...]
+    runtime_ms: float | None
+    eager_ms: float | None
+    compile_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    build: BuildResult | None = None
+    correctness: CorrectnessResult | None = None
+    judge_version: str = ""
+    seconds: float = 0.0
+    profile: str = ""

@@ -1,0 +1,160 @@
+// binding.cpp -- the fixed Python module `cuda_extension`. Read-only.
+//
+// It is compiled once per toolchain and linked with every kernel object. It turns Python
+// arguments into cuda_ext::Tensor views, allocates outputs through torch's allocator,
+// and exposes each function that a kernel binding registered with REGISTER_BINDING.
+#include <torch/extension.h>
+#ifdef CUDA_EXT_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include <map>
+
+#include "binding_registry.h"
+
+namespace cuda_ext {
+namespace {
+
+struct Entry {
+  std::string doc;
+  BindingFn fn;
+};
+
+std::map<std::string, Entry>& registry() {
+  static std::map<std::string, Entry> entries;
+  return entries;
+}
+
+bool poison_outputs = false;
+
+at::ScalarType to_scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return at::kFloat;
+    case DType::Float64: return at::kDouble;
+    case DType::Float16: return at::kHalf;
+    case DType::BFloat16: return at::kBFloat16;
+    case DType::Int32: return at::kInt;
+    case DType::Int64: return at::kLong;
+    case DType::Int16: return at::kShort;
+    case DType::Int8: return at::kChar;
+    case DType::UInt8: return at::kByte;
+    case DType::Bool: return at::kBool;
+  }
+  throw std::invalid_argument("unknown dtype");
+}
+
+DType from_scalar_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return DType::Float32;
+    case at::kDouble: return DType::Float64;
+    case at::kHalf: return DType::Float16;
+    case at::kBFloat16: return DType::BFloat16;
+    case at::kInt: return DType::Int32;
+    case at::kLong: return DType::Int64;
+    case at::kShort: return DType::Int16;
+    case at::kChar: return DType::Int8;
+    case at::kByte: return DType::UInt8;
+    case at::kBool: return DType::Bool;
+    default: throw std::invalid_argument(std::string("unsupported dtype ") + c10::toString(type));
+  }
+}
+
+Tensor wrap(const at::Tensor& t) {
+  Tensor view;
+  view.data = t.data_ptr();
+  view.sizes.assign(t.sizes().begin(), t.sizes().end());
+  view.strides.assign(t.strides().begin(), t.strides().end());
+  view.dtype = from_scalar_type(t.scalar_type());
+  view.device = t.is_cuda() ? t.get_device() : -1;
+  view.handle = std::make_shared<at::Tensor>(t);
+  return view;
+}
+
+at::Tensor unwrap(const Tensor& view) {
+  if (!view.handle)
+    throw std::runtime_error("an output tensor was not allocated with cuda_ext::empty");
+  const at::Tensor& base = *std::static_pointer_cast<at::Tensor>(view.handle);
+  if (view.data == base.data_ptr() && view.sizes == std::vector<int64_t>(base.sizes().begin(), base.sizes().end()))
+    return base;
+  // A view with other sizes over the same storage (e.g. a reshaped output).
+  auto offset = (static_cast<char*>(view.data) - static_cast<char*>(base.data_ptr())) /
+                static_cast<int64_t>(base.element_size());
+  return base.as_strided(view.sizes, view.strides, base.storage_offset() + offset);
+}
+
+Value to_value(const py::handle& obj, size_t index) {
+  if (THPVariable_Check(obj.ptr())) return wrap(py::cast<at::Tensor>(obj));
+  if (py::isinstance<py::bool_>(obj)) return obj.cast<bool>();
+  if (py::isinstance<py::int_>(obj)) return obj.cast<int64_t>();
+  if (py::isinstance<py::float_>(obj)) return obj.cast<double>();
+  throw std::invalid_argument("argument " + std::to_string(index) + " has unsupported type " +
+                              std::string(py::str(obj.get_type())));
+}
+
+py::object call(const std::string& name, const py::args& args) {
+  std::vector<Value> values;
+  values.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) values.push_back(to_value(args[i], i));
+  Outputs outputs;
+  {
+#ifdef CUDA_EXT_WITH_CUDA
+    c10::OptionalDeviceGuard guard;
+    for (const auto& v : values)
+      if (std::holds_alternative<Tensor>(v) && std::get<Tensor>(v).is_cuda()) {
+        guard.reset_device(at::Device(at::kCUDA, std::get<Tensor>(v).device));
+        break;
+      }
+#endif
+    outputs = registry().at(name).fn(Args(std::move(values)));
+  }
+  if (outputs.size() == 1) return py::cast(unwrap(outputs[0]));
+  py::tuple result(outputs.size());
+  for (size_t i = 0; i < outputs.size(); ++i) result[i] = py::cast(unwrap(outputs[i]));
+  return result;
+}
+
+}  // namespace
+
+Tensor empty(const std::vector<int64_t>& sizes, DType dtype, int device) {
+  auto options = at::TensorOptions().dtype(to_scalar_type(dtype));
+  options = device >= 0 ? options.device(at::kCUDA, device) : options.device(at::kCPU);
+  at::Tensor t = at::empty(sizes, options);
+  if (poison_outputs) {
+    if (t.is_floating_point()) t.fill_(std::numeric_limits<double>::quiet_NaN());
+    else if (dtype != DType::Bool) t.fill_(-123456789);
+  }
+  return wrap(t);
+}
+
+void* current_stream(const Tensor& like) {
+#ifdef CUDA_EXT_WITH_CUDA
+  if (like.is_cuda()) return c10::cuda::getCurrentCUDAStream(like.device).stream();
+#endif
+  (void)like;
+  return nullptr;
+}
+
+bool register_binding(const char* name, const char* doc, BindingFn fn) {
+  auto [it, inserted] = registry().emplace(name, Entry{doc, std::move(fn)});
+  if (!inserted) throw std::logic_error(std::string("binding registered twice: ") + name);
+  return true;
+}
+
+}  // namespace cuda_ext
+
+PYBIND11_MODULE(cuda_extension, m) {
+  m.doc() = "Custom kernels registered by kernels/*_binding.cpp";
+  for (const auto& [name, entry] : cuda_ext::registry()) {
+    std::string key = name;
+    m.def(key.c_str(), [key](py::args args) { return cuda_ext::call(key, args); },
+          entry.doc.c_str());
+  }
+  m.def("_bindings", [] {
+    std::vector<std::string> names;
+    for (const auto& item : cuda_ext::registry()) names.push_back(item.first);
+    return names;
+  }, "Names of the registered bindings.");
+  m.def("_set_output_poison", [](bool on) { cuda_ext::poison_outputs = on; },
+        "Fill every output from cuda_ext::empty with NaN (floats) or a sentinel (ints).");
+}

@@ -1,0 +1,120 @@
+"""Shared fixtures: one cuda-agent state folder per test session (so the fixed binding layer
+compiles once), small KernelBench-format tasks, and the shared KernelBench copy."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+KERNELBENCH = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "kernelbench.jsonl"
+
+SCALE_ADD_TASK = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, alpha: float):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x, y):
+        return self.alpha * x + y
+
+
+N = 100_003
+
+
+def get_inputs():
+    return [torch.randn(N), torch.randn(N)]
+
+
+def get_init_inputs():
+    return [1.5]
+'''
+
+SCALE_ADD_KERNEL = '''
+#include <cstdint>
+extern "C" void scale_add_launch(const float* x, const float* y, float* out, int64_t n,
+                                 float alpha, int config) {
+  (void)config;
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) out[i] = alpha * x[i] + y[i];
+}
+'''
+
+SCALE_ADD_BINDING = '''
+#include "binding_registry.h"
+extern "C" void scale_add_launch(const float* x, const float* y, float* out, int64_t n,
+                                 float alpha, int config);
+
+static cuda_ext::Outputs scale_add(const cuda_ext::Args& args) {
+  const cuda_ext::Tensor& x = args.tensor(0);
+  const cuda_ext::Tensor& y = args.tensor(1);
+  CUDA_EXT_CHECK(x.dtype == cuda_ext::DType::Float32 && x.is_contiguous(), "x: float32");
+  CUDA_EXT_CHECK(y.numel() == x.numel() && y.is_contiguous(), "y must match x");
+  cuda_ext::Tensor out = cuda_ext::empty_like(x);
+  scale_add_launch(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), x.numel(),
+                   static_cast<float>(args.real(2)), 0);
+  return {out};
+}
+REGISTER_BINDING(scale_add, "scale_add(x, y, alpha) -> alpha * x + y", scale_add);
+'''
+
+SCALE_ADD_MODEL_NEW = '''
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self, alpha: float):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x, y):
+        return cuda_extension.scale_add(x.contiguous(), y.contiguous(), self.alpha)
+'''
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # a folder shared by the whole session, so the torch binding layer compiles only once
+    home = os.environ.get("CUDA_AGENT_TEST_HOME") or str(
+        Path(config.rootpath) / ".pytest_cache" / "cuda-agent-home")
+    os.environ["CUDA_AGENT_HOME"] = home
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    no_nvcc = pytest.mark.skip(reason="needs nvcc on PATH")
+    for item in items:
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(no_gpu)
+        if "nvcc" in item.keywords and shutil.which("nvcc") is None:
+            item.add_marker(no_nvcc)
+
+
+@pytest.fixture
+def scale_add_task(tmp_path: Path) -> Path:
+    path = tmp_path / "scale_add.py"
+    path.write_text(SCALE_ADD_TASK)
+    return path
+
+
+def write_solution(root: Path) -> None:
+    """Write the honest CPU solution of the scale_add task into a workspace."""
+    (root / "kernels").mkdir(parents=True, exist_ok=True)
+    (root / "kernels" / "scale_add.cpp").write_text(SCALE_ADD_KERNEL)
+    (root / "kernels" / "scale_add_binding.cpp").write_text(SCALE_ADD_BINDING)
+    (root / "model_new.py").write_text(SCALE_ADD_MODEL_NEW)
+
+
+@pytest.fixture
+def kernelbench() -> Path:
+    if not KERNELBENCH.exists():
+        pytest.skip("../shared/kernelbench/kernelbench.jsonl not present")
+    return KERNELBENCH

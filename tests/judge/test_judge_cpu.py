@@ -1,0 +1,165 @@
+"""End to end on the CPU: workspace init -> kernel -> build -> judge, with real compiles and
+real worker processes. Each bad candidate must get reward -1 with the reason named, and must
+not take the judge down."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.judge import Candidate, Judge, JudgeConfig
+from cuda_agent.tasks import load_task
+from cuda_agent.workspace import init_workspace
+from tests.conftest import SCALE_ADD_MODEL_NEW, write_solution
+
+CHECK_ONLY = JudgeConfig(device="cpu", time=False, trials=3)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, scale_add_task: Path) -> Path:
+    root = init_workspace(load_task(scale_add_task), tmp_path / "ws", "cpu")
+    write_solution(root)
+    return root
+
+
+def judge(task_path: Path, candidate: Path, config: JudgeConfig = CHECK_ONLY):
+    return Judge(config).judge(load_task(task_path), Candidate.from_ref(candidate))
+
+
+def test_honest_workspace_is_correct_and_timed(scale_add_task: Path, workspace: Path):
+    config = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.5)
+    result = judge(scale_add_task, workspace, config)
+    assert (result.compiled, result.correct) == (True, True), result.reasons
+    assert result.reward in (1, 2)
+    assert result.runtime_ms > 0 and result.eager_ms > 0 and result.compile_ms is None
+    assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.runtime_ms)
+    assert result.correctness.trials == 5 and result.correctness.max_abs_error < 1e-5
+    assert "reward capped at 2" in " ".join(result.reasons)
+
+
+@pytest.mark.slow
+def test_builtin_example_with_compile_baseline():
+    config = JudgeConfig(device="cpu", min_runs=5, time_budget_s=0.5)
+    result = Judge(config).judge(load_task("builtin:gelu_bias_scale"),
+                                 Candidate.from_ref("builtin:gelu_bias_scale", "cpu"))
+    assert result.correct, result.reasons
+    assert result.compile_ms is not None and result.speedup_vs_compile is not None
+    assert result.reward >= 1
+
+
+def test_unchanged_stub_fails_at_forward(tmp_path: Path, scale_add_task: Path):
+    root = init_workspace(load_task(scale_add_task), tmp_path / "ws", "cpu")
+    result = judge(scale_add_task, root)
+    assert result.reward == -1 and result.compiled
+    assert "forward" in result.reasons[0] and "NotImplementedError" in result.reasons[0]
+
+
+def test_wrong_kernel(scale_add_task: Path, workspace: Path):
+    kernel = workspace / "kernels" / "scale_add.cpp"
+    kernel.write_text(kernel.read_text().replace("alpha * x[i] + y[i]", "alpha * x[i] - y[i]"))
+    result = judge(scale_add_task, workspace)
+    assert result.reward == -1 and result.compiled and not result.correct
+    assert "elements outside atol" in result.reasons[0]
+
+
+def test_build_error_is_reported_with_line(scale_add_task: Path, workspace: Path):
+    kernel = workspace / "kernels" / "scale_add.cpp"
+    kernel.write_text(kernel.read_text().replace("alpha * x[i]", "alpha * nope[i]"))
+    result = judge(scale_add_task, workspace)
+    assert result.reward == -1 and not result.compiled
+    assert result.reasons[0].startswith("build failed: kernels/scale_add.cpp:")
+    assert result.build.errors[0].line is not None
+
+
+def test_segfault_does_not_take_the_judge_down(scale_add_task: Path, workspace: Path):
+    kernel = workspace / "kernels" / "scale_add.cpp"
+    kernel.write_text(kernel.read_text().replace(
+        "(void)config;", "(void)config; *(volatile int*)nullptr = 1;"))
+    result = judge(scale_add_task, workspace)
+    assert result.reward == -1
+    assert "SIGSEGV" in result.reasons[0]
+    write_solution(workspace)
+    assert judge(scale_add_task, workspace).correct  # the judge still works afterwards
+
+
+def test_hang_is_killed(scale_add_task: Path, workspace: Path):
+    (workspace / "model_new.py").write_text(SCALE_ADD_MODEL_NEW.replace(
+        "        return cuda_extension", "        while True:\n            pass\n"
+        "        return cuda_extension"))
+    config = CHECK_ONLY.model_copy(update={"process_timeout_s": 15})
+    result = judge(scale_add_task, workspace, config)
+    assert result.reward == -1 and "timed out after 15 s (stage: forward)" in result.reasons[0]
+
+
+@pytest.mark.parametrize(
+    ("forward", "needle"),
+    [
+        ("x.zero_()\n        return y.clone()", "input 0 was modified by forward()"),
+        ("return 3", "output 0 is a int, not a plain torch.Tensor"),
+        ("return x.as_subclass(Sneaky)", "not a plain torch.Tensor"),
+    ],
+)
+def test_rule_breaking_outputs(tmp_path: Path, scale_add_task: Path, forward: str, needle: str):
+    path = tmp_path / "cand.py"
+    path.write_text(
+        "import torch\nimport torch.nn as nn\n\n"
+        "class Sneaky(torch.Tensor):\n    pass\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def __init__(self, alpha):\n        super().__init__()\n        self.alpha = alpha\n\n"
+        f"    def forward(self, x, y):\n        {forward}\n")
+    result = judge(scale_add_task, path)
+    assert result.reward == -1 and needle in result.reasons[0], result.reasons
+
+
+def test_missing_model_new_and_bad_state_dict(tmp_path: Path, scale_add_task: Path):
+    path = tmp_path / "cand.py"
+    path.write_text("x = 1\n")
+    result = judge(scale_add_task, path)
+    assert result.reward == -1 and not result.compiled
+    assert "defines no class `ModelNew`" in result.reasons[0]
+    path.write_text("import torch\nclass ModelNew(torch.nn.Module):\n"
+                    "    def __init__(self, a):\n        super().__init__()\n"
+                    "        self.w = torch.nn.Parameter(torch.ones(1))\n"
+                    "    def forward(self, x, y):\n        return x\n")
+    result = judge(scale_add_task, path)
+    assert result.reward == -1 and "load_state_dict failed" in result.reasons[0]
+
+
+def test_single_file_load_inline_candidate(tmp_path: Path, scale_add_task: Path):
+    path = tmp_path / "cand.py"
+    path.write_text(textwrap.dedent('''
+        import torch
+        import torch.nn as nn
+        from torch.utils.cpp_extension import load_inline
+
+        SOURCE = """
+        #include <torch/extension.h>
+        torch::Tensor scale_add(torch::Tensor x, torch::Tensor y, double alpha) {
+          auto out = torch::empty_like(x);
+          const float* px = x.data_ptr<float>();
+          const float* py = y.data_ptr<float>();
+          float* po = out.data_ptr<float>();
+          for (int64_t i = 0; i < x.numel(); ++i) po[i] = alpha * px[i] + py[i];
+          return out;
+        }
+        """
+        ext = load_inline("inline_scale_add", cpp_sources=SOURCE, functions=["scale_add"])
+
+        class ModelNew(nn.Module):
+            def __init__(self, alpha):
+                super().__init__()
+                self.alpha = alpha
+
+            def forward(self, x, y):
+                return ext.scale_add(x, y, self.alpha)
+    '''))
+    result = judge(scale_add_task, path)
+    assert result.correct and result.compiled and result.reward == 1, result.reasons
+
+
+def test_candidate_snapshot_rejects_links(tmp_path: Path, scale_add_task: Path, workspace: Path):
+    (workspace / "kernels" / "x.h").symlink_to(workspace / "model.py")
+    result = judge(scale_add_task, workspace)
+    assert result.reward == -1 and "symbolic links are not allowed" in result.reasons[0]
