@@ -17,15 +17,15 @@ from cuda_agent.cli.render import (
     print_json,
     print_judge,
 )
-from cuda_agent.judge import Candidate, CandidateError, Judge, JudgeConfig
-from cuda_agent.judge.judge import JudgeError, resolve_device
 from cuda_agent.tasks import Precision, TaskError, load_task
 
 DEVICE_HELP = "cpu, cuda, or auto (CUDA when a GPU is present)."
 
 
 def make_config(device: str, trials: int | None, no_compile: bool, no_time: bool,
-                sets: list[str]) -> JudgeConfig:
+                sets: list[str]):
+    from cuda_agent.judge import JudgeConfig
+
     config = JudgeConfig(device=device)
     if trials is not None:
         config = config.model_copy(update={"trials": trials})
@@ -50,11 +50,14 @@ def judge(
     sets: list[str] = typer.Option([], "--set", help="Config override KEY=VALUE, repeatable "
                                    "(e.g. --set build.jobs=4 --set time_budget_s=5)."),
 ) -> None:
-    """Build, verify and time a candidate against a task; print the milestone reward.
+    """Stage 3 - judge: build, verify and time a candidate; print the milestone reward.
 
     Reward: -1 fails to build, crashes or is wrong; 1 correct; 2 more than 5% faster than
     eager PyTorch; 3 more than 5% faster than eager and torch.compile.
     """
+    from cuda_agent.judge import Candidate, CandidateError, Judge
+    from cuda_agent.judge.judge import JudgeError
+
     try:
         config = make_config(device, trials, no_compile, no_time, sets)
         the_task = load_task(task, precision=precision)
@@ -79,6 +82,8 @@ def demo(
 ) -> None:
     """Offline walk-through on a built-in example: workspace, kernel, build, judge."""
     from cuda_agent.build import Builder
+    from cuda_agent.judge import Candidate, Judge, JudgeConfig
+    from cuda_agent.judge.judge import JudgeError, resolve_device
     from cuda_agent.workspace import init_workspace
 
     try:

@@ -51,6 +51,7 @@ struct Tensor {
   }
   bool is_cuda() const { return device >= 0; }
   bool is_contiguous() const {
+    if (numel() == 0) return true;
     int64_t expected = 1;
     for (int d = dim() - 1; d >= 0; --d) {
       if (sizes[d] != 1 && strides[d] != expected) return false;

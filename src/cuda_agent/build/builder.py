@@ -1,0 +1,260 @@
+"""Build ``kernels/`` into the ``cuda_extension`` module, one cached object per source.
+
+Each kernel source compiles to its own object file, stored under a key that hashes the
+source, the headers it may include, the flags and the toolchain; the fixed binding layer
+(``binding.cpp``, the only file that includes torch headers) compiles once per toolchain;
+then everything is linked. Editing one kernel recompiles that file and relinks.
+
+    from cuda_agent.build import Builder, BuildConfig
+    result = Builder(BuildConfig(device="cpu")).build(workspace_dir)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from cuda_agent.build import diagnostics, toolchain
+from cuda_agent.build.toolchain import Toolchain, ToolchainError
+from cuda_agent.paths import TEMPLATES, home_dir
+from cuda_agent.results import BuildResult, Diagnostic
+
+HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
+_UNDEFINED = re.compile(r"undefined reference to `([^'`]+)'")
+MODULE_NAME = "cuda_extension"
+
+
+class BuildConfig(BaseModel):
+    """How kernels are compiled and where objects are cached."""
+
+    device: Literal["cpu", "cuda"] = Field("cpu", description="Target: C++ on the CPU or CUDA.")
+    cache_dir: Path | None = Field(
+        None, description="Object cache; default $CUDA_AGENT_HOME/build.")
+    cxx: str | None = Field(None, description="C++ compiler; default $CXX or g++.")
+    arch: str | None = Field(None, description="CUDA target such as '90a'; default: the device's.")
+    jobs: int = Field(0, description="Parallel compiles; 0 means one per CPU core.")
+    timeout_s: float = Field(300.0, description="Limit for one compiler invocation.")
+    extra_cflags: tuple[str, ...] = Field((), description="Added to every C++ compile.")
+    extra_cuda_cflags: tuple[str, ...] = Field((), description="Added to every nvcc compile.")
+    max_sources: int = Field(64, description="Refuse workspaces with more kernel sources.")
+
+    def resolved_cache(self) -> Path:
+        return Path(self.cache_dir) if self.cache_dir else home_dir() / "build"
+
+
+class Builder:
+    """Incremental builder for one device; safe to share between threads and processes."""
+
+    def __init__(self, config: BuildConfig | None = None):
+        self.config = config or BuildConfig()
+        self.cache = self.config.resolved_cache()
+        self._chain: Toolchain | None = None
+
+    @property
+    def chain(self) -> Toolchain:
+        if self._chain is None:
+            self._chain = toolchain.detect(self.config.device, self.cache, self.config.cxx,
+                                           self.config.arch)
+        return self._chain
+
+    def build(self, root: Path, publish: bool = False) -> BuildResult:
+        """Build ``root/kernels`` and return where the module is; never raises on bad code.
+
+        With ``publish``, the module is also copied to ``root/build/`` for the agent to use.
+        """
+        start = time.perf_counter()
+        root = Path(root).resolve()
+        try:
+            sources = self._sources(root)
+            chain = self.chain
+        except (ToolchainError, ValueError) as exc:
+            diag = Diagnostic(None, None, None, "error", str(exc))
+            return BuildResult(False, self.config.device, None, (diag,), log=str(exc))
+        header_hash = self._headers_hash(root)
+        jobs = self.config.jobs or os.cpu_count() or 1
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            binding = pool.submit(self._binding_object, chain)
+            units = list(pool.map(lambda s: self._object(root, s, chain, header_hash), sources))
+            binding_ok, binding_log, binding_obj = binding.result()
+        logs = [u[3] for u in units if u[3]]
+        if not binding_ok:
+            logs.insert(0, "fixed binding layer failed to compile:\n" + binding_log)
+        compiled = tuple(u[0] for u in units if u[1] == "compiled")
+        cached = tuple(u[0] for u in units if u[1] == "cached")
+        failed = [u for u in units if u[1] == "failed"]
+        ext = None
+        if binding_ok and not failed:
+            ok, link_log, ext = self._link(chain, [binding_obj, *(u[2] for u in units)])
+            if not ok:
+                logs.append(link_log)
+        log = "\n".join(logs)
+        diags = diagnostics.parse(log)
+        if ext is None and not any(d.severity == "error" for d in diags):
+            diags = (Diagnostic(None, None, None, "error", "build failed; see log"), *diags)
+        if ext and publish:
+            out = root / "build"
+            out.mkdir(exist_ok=True)
+            shutil.copy2(ext, out / f"{MODULE_NAME}{chain.ext_suffix}")
+        return BuildResult(ext is not None, self.config.device, str(ext) if ext else None, diags,
+                           compiled, cached, time.perf_counter() - start,
+                           diagnostics.trim_log(log))
+
+    def _sources(self, root: Path) -> list[Path]:
+        kernels = root / "kernels"
+        if not kernels.is_dir():
+            raise ValueError(f"{kernels}: no kernels/ folder")
+        wanted = (".cpp", ".cu") if self.config.device == "cuda" else (".cpp",)
+        sources = sorted(p for p in kernels.rglob("*") if p.suffix in (".cpp", ".cu"))
+        for path in sources:
+            if path.is_symlink():
+                raise ValueError(f"{path.relative_to(root)}: symbolic links are not allowed")
+            if path.suffix not in wanted:
+                raise ValueError(f"{path.relative_to(root)}: CUDA sources need --device cuda; "
+                                 "the CPU target builds kernels/*.cpp with g++")
+        if not sources:
+            raise ValueError("kernels/ holds no sources (*.cpp" +
+                             (", *.cu" if self.config.device == "cuda" else "") + ")")
+        if len(sources) > self.config.max_sources:
+            raise ValueError(f"kernels/ holds {len(sources)} sources; at most "
+                             f"{self.config.max_sources} are built")
+        return [p.relative_to(root) for p in sources]
+
+    def _headers_hash(self, root: Path) -> str:
+        digest = hashlib.sha256((TEMPLATES / "common" / "binding_registry.h").read_bytes())
+        for path in sorted((root / "kernels").rglob("*")):
+            if path.suffix in HEADER_SUFFIXES and path.is_file():
+                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+        return digest.hexdigest()
+
+    def _command(self, chain: Toolchain, source: str, obj: str, heavy: bool = False
+                 ) -> list[str]:
+        abi = f"-D_GLIBCXX_USE_CXX11_ABI={chain.cxx11_abi}"
+        includes = [f"-I{TEMPLATES / 'common'}", "-Ikernels"]
+        if chain.cuda_home:
+            includes.append(f"-I{Path(chain.cuda_home) / 'include'}")
+        if source.endswith(".cu"):
+            gencode = f"-gencode=arch=compute_{chain.arch},code=sm_{chain.arch}"
+            return [chain.nvcc, "-O3", "-std=c++17", "-lineinfo", gencode, abi,
+                    "-Xcompiler", "-fPIC", *includes, *self.config.extra_cuda_cflags,
+                    "-c", source, "-o", obj]
+        flags = ["-O3", "-march=native", "-fopenmp"] if chain.device == "cpu" else ["-O2"]
+        if heavy:
+            flags = ["-O2", f"-DTORCH_EXTENSION_NAME={MODULE_NAME}",
+                     "-DTORCH_API_INCLUDE_EXTENSION_H", *(f"-I{i}" for i in chain.torch_includes),
+                     f"-I{chain.python_include}"]
+            if chain.device == "cuda":
+                flags.append("-DCUDA_EXT_WITH_CUDA")
+        return [chain.cxx, *flags, "-std=c++17", "-fPIC", abi, *includes,
+                *self.config.extra_cflags, "-c", source, "-o", obj]
+
+    def _object_path(self, key: str) -> Path:
+        return self.cache / "objects" / key[:2] / f"{key}.o"
+
+    def _compile(self, cmd: list[str], cwd: Path, obj: Path) -> tuple[bool, str]:
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        tmp = obj.with_name(f"{obj.stem}.{os.getpid()}.{time.monotonic_ns()}.tmp.o")
+        cmd = [*cmd[:-1], str(tmp)]
+        try:
+            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
+                                  timeout=self.config.timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            tmp.unlink(missing_ok=True)
+            return False, f"compiler timed out after {self.config.timeout_s:.0f} s"
+        if proc.returncode == 0 and tmp.exists():
+            os.replace(tmp, obj)
+            return True, proc.stderr
+        tmp.unlink(missing_ok=True)
+        return False, proc.stdout + proc.stderr
+
+    def _object(self, root: Path, source: Path, chain: Toolchain, header_hash: str
+                ) -> tuple[str, str, Path, str]:
+        cmd = self._command(chain, str(source), "OUT")
+        key = _hash(chain.fingerprint, header_hash, " ".join(cmd), (root / source).read_bytes())
+        obj = self._object_path(key)
+        if obj.exists():
+            return str(source), "cached", obj, ""
+        ok, log = self._compile(cmd, root, obj)
+        return str(source), "compiled" if ok else "failed", obj, log
+
+    def _binding_object(self, chain: Toolchain) -> tuple[bool, str, Path]:
+        source = TEMPLATES / "common" / "binding.cpp"
+        cmd = self._command(chain, str(source), "OUT", heavy=True)
+        key = _hash(chain.fingerprint, " ".join(cmd), source.read_bytes(),
+                    (TEMPLATES / "common" / "binding_registry.h").read_bytes())
+        obj = self._object_path(key)
+        if obj.exists():
+            return True, "", obj
+        with _locked(obj.with_suffix(".lock")):
+            if obj.exists():
+                return True, "", obj
+            ok, log = self._compile(cmd, source.parent, obj)
+        return ok, log, obj
+
+    def _link(self, chain: Toolchain, objects: list[Path]) -> tuple[bool, str, Path | None]:
+        libs = ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
+        if chain.device == "cuda":
+            cuda_lib = Path(chain.cuda_home or "") / "lib64"
+            libs += ["-lc10_cuda", "-ltorch_cuda", f"-L{cuda_lib}", "-lcudart", "-lcublas"]
+        # --no-undefined names every unresolved symbol (a launcher declared in a binding but
+        # defined nowhere); --noinhibit-exec still writes the module, since the Python API
+        # symbols are only resolved when the interpreter loads it.
+        cmd = [chain.cxx, "-shared", *map(str, objects), f"-L{chain.torch_lib}",
+               f"-Wl,-rpath,{chain.torch_lib}", *libs, "-fopenmp", "-Wl,--no-undefined",
+               "-Wl,--noinhibit-exec", "-o", "OUT"]
+        key = _hash(chain.fingerprint, " ".join(cmd))
+        out = self.cache / "ext" / key[:32] / f"{MODULE_NAME}{chain.ext_suffix}"
+        if out.exists():
+            return True, "", out
+        ok, log = self._compile(cmd, self.cache, out)
+        missing = sorted({m for m in _UNDEFINED.findall(log) if not m.startswith(("Py", "_Py"))})
+        if missing:
+            out.unlink(missing_ok=True)
+            return False, "".join(f"error: undefined symbol `{m}`: declared but defined in no "
+                                  "kernel source\n" for m in missing), None
+        return ok, "", out if ok else None
+
+
+def _hash(*parts: str | bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part if isinstance(part, bytes) else part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def load_extension(path: str | Path):
+    """Import a built ``cuda_extension`` module from its file and register it by name."""
+    import importlib.util
+    import sys
+
+    import torch  # noqa: F401  (loads libtorch before the extension)
+
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, str(path))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load extension from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[MODULE_NAME] = module
+    return module
