@@ -24,7 +24,8 @@ def test_help_lists_every_stage():
         assert stage in proc.stdout
     for sub in ("tasks", "workspace"):
         assert "Stage" in cli(sub, "--help").stdout
-    assert "milestone reward" in cli("judge", "--help").stdout
+    judge_help = " ".join(cli("judge", "--help").stdout.split())
+    assert "Stage 3 - judge" in judge_help and "more than 5% faster" in judge_help
 
 
 def test_tasks_commands(kernelbench: Path, tmp_path: Path):
@@ -48,6 +49,10 @@ def test_workspace_init_build_judge_json(tmp_path: Path, scale_add_task: Path):
     assert built.returncode == 0 and json.loads(built.stdout)["ok"]
     verified = cli("workspace", "verify", str(root))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    profiled = cli("workspace", "profile", str(root), "--set", "time_compile=false",
+                   "--set", "time_budget_s=0.3")
+    assert profiled.returncode == 0, profiled.stdout + profiled.stderr
+    assert "cuda_extension.scale_add" in profiled.stdout
     proc = cli("judge", str(scale_add_task), str(root), "--device", "cpu", "--json",
                "--no-compile", "--set", "time_budget_s=0.5", "--set", "min_runs=3")
     assert proc.returncode == 0, proc.stderr

@@ -120,15 +120,17 @@ def test_nvcc_compiles_cuda_sources_and_reports_errors(tmp_path: Path):
     (tmp_path / "kernels").mkdir()
     src = tmp_path / "kernels" / "k.cu"
     src.write_text(
+        f"// {uuid.uuid4()}\n"
         "#include <cuda_runtime.h>\n__global__ void k(float* x) { x[threadIdx.x] = 1; }\n"
         'extern "C" void k_launch(float* x, cudaStream_t s) { k<<<1, 32, 0, s>>>(x); }\n')
     source, status, obj, log = builder._object(tmp_path, Path("kernels/k.cu"), chain, "h")
     assert status == "compiled", log
     assert obj.exists()
     assert builder._object(tmp_path, Path("kernels/k.cu"), chain, "h")[1] == "cached"
-    src.write_text("__global__ void k(float* x) { x[threadIdx.x] = undefined_y; }\n")
+    src.write_text(f"// {uuid.uuid4()}\n"
+                   "__global__ void k(float* x) { x[threadIdx.x] = undefined_y; }\n")
     _, status, _, log = builder._object(tmp_path, Path("kernels/k.cu"), chain, "h")
     from cuda_agent.build.diagnostics import parse
 
     (error,) = [d for d in parse(log) if d.file]
-    assert status == "failed" and (error.file, error.line) == ("kernels/k.cu", 1)
+    assert status == "failed" and (error.file, error.line) == ("kernels/k.cu", 2)

@@ -163,3 +163,24 @@ def test_candidate_snapshot_rejects_links(tmp_path: Path, scale_add_task: Path, 
     (workspace / "kernels" / "x.h").symlink_to(workspace / "model.py")
     result = judge(scale_add_task, workspace)
     assert result.reward == -1 and "symbolic links are not allowed" in result.reasons[0]
+
+
+def test_kernelbench_layernorm_workspace(tmp_path: Path, kernelbench: Path):
+    """KernelBench L1/40 with smaller sizes: init a workspace, put in a C++ kernel, judge."""
+    import re
+    import shutil
+
+    code = load_task(f"{kernelbench}::1/40").code
+    for name, value in (("batch_size", 2), ("features", 8), ("dim1", 32), ("dim2", 48)):
+        code = re.sub(rf"^{name} = \d+$", f"{name} = {value}", code, flags=re.M)
+    task_path = tmp_path / "layernorm_small.py"
+    task_path.write_text(code)
+    root = init_workspace(load_task(task_path), tmp_path / "ws", "cpu")
+    solution = Path(__file__).resolve().parents[2] / "benchmarks" / "kernelbench_l1_cpu" / \
+        "40_LayerNorm"
+    shutil.rmtree(root / "kernels")
+    shutil.copytree(solution / "kernels", root / "kernels")
+    shutil.copyfile(solution / "model_new.py", root / "model_new.py")
+    result = judge(task_path, root)
+    assert result.correct and result.reward == 1, result.reasons
+    assert result.correctness.max_abs_error < 1e-4

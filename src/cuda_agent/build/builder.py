@@ -33,6 +33,7 @@ from cuda_agent.results import BuildResult, Diagnostic
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
 _UNDEFINED = re.compile(r"undefined reference to `([^'`]+)'")
 MODULE_NAME = "cuda_extension"
+BINDING_LABEL = "binding.cpp (fixed layer, once per toolchain)"
 
 
 class BuildConfig(BaseModel):
@@ -91,6 +92,8 @@ class Builder:
         if not binding_ok:
             logs.insert(0, "fixed binding layer failed to compile:\n" + binding_log)
         compiled = tuple(u[0] for u in units if u[1] == "compiled")
+        if binding_ok and binding_log is not None:
+            compiled = (BINDING_LABEL, *compiled)
         cached = tuple(u[0] for u in units if u[1] == "cached")
         failed = [u for u in units if u[1] == "failed"]
         ext = None
@@ -187,17 +190,18 @@ class Builder:
         ok, log = self._compile(cmd, root, obj)
         return str(source), "compiled" if ok else "failed", obj, log
 
-    def _binding_object(self, chain: Toolchain) -> tuple[bool, str, Path]:
+    def _binding_object(self, chain: Toolchain) -> tuple[bool, str | None, Path]:
+        """Compile the fixed layer once per toolchain; the log is None on a cache hit."""
         source = TEMPLATES / "common" / "binding.cpp"
         cmd = self._command(chain, str(source), "OUT", heavy=True)
         key = _hash(chain.fingerprint, " ".join(cmd), source.read_bytes(),
                     (TEMPLATES / "common" / "binding_registry.h").read_bytes())
         obj = self._object_path(key)
         if obj.exists():
-            return True, "", obj
+            return True, None, obj
         with _locked(obj.with_suffix(".lock")):
             if obj.exists():
-                return True, "", obj
+                return True, None, obj
             ok, log = self._compile(cmd, source.parent, obj)
         return ok, log, obj
 

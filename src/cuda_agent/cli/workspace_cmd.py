@@ -107,6 +107,6 @@ def _judge(directory: Path, as_json: bool, sets: list[str], time: bool, profile:
             print_build(result.build)
         if result.profile:
             console.rule("profile (candidate)")
-            console.print(result.profile, highlight=False, markup=False)
+            print(result.profile)
     if result.reward < 1:
         raise typer.Exit(1)

@@ -3,6 +3,7 @@
 // It is compiled once per toolchain and linked with every kernel object. It turns Python
 // arguments into cuda_ext::Tensor views, allocates outputs through torch's allocator,
 // and exposes each function that a kernel binding registered with REGISTER_BINDING.
+#include <ATen/record_function.h>
 #include <torch/extension.h>
 #ifdef CUDA_EXT_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
@@ -98,6 +99,8 @@ py::object call(const std::string& name, const py::args& args) {
   for (size_t i = 0; i < args.size(); ++i) values.push_back(to_value(args[i], i));
   Outputs outputs;
   {
+    // each call shows up in torch.profiler as "cuda_extension.NAME"
+    RECORD_FUNCTION("cuda_extension." + name, std::vector<c10::IValue>());
 #ifdef CUDA_EXT_WITH_CUDA
     c10::OptionalDeviceGuard guard;
     for (const auto& v : values)
