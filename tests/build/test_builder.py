@@ -134,3 +134,20 @@ def test_nvcc_compiles_cuda_sources_and_reports_errors(tmp_path: Path):
 
     (error,) = [d for d in parse(log) if d.file]
     assert status == "failed" and (error.file, error.line) == ("kernels/k.cu", 2)
+
+
+@pytest.mark.nvcc
+@pytest.mark.slow
+def test_fixed_binding_layer_compiles_for_cuda(tmp_path: Path):
+    """The CUDA variant of binding.cpp compiles here too: torch's CPU wheel ships the c10/cuda
+    headers except one generated at torch's build, which the test supplies."""
+    from cuda_agent.build import toolchain
+
+    shim = tmp_path / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    shim.parent.mkdir(parents=True)
+    shim.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
+    builder = Builder(BuildConfig(device="cuda", arch="90a", extra_cflags=(f"-I{tmp_path}",)))
+    chain = toolchain.detect("cuda", builder.cache, arch="90a")
+    ok, log, obj = builder._binding_object(chain)
+    assert ok, log
+    assert obj.exists()

@@ -19,6 +19,9 @@ import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+DETECT_VERSION = "2"
+"""Bump when detection changes, so cached toolchain records are taken again."""
+
 
 class ToolchainError(RuntimeError):
     """A compiler or library the build needs is missing."""
@@ -100,6 +103,21 @@ def _detect_arch() -> str:
                          "set BuildConfig.arch (e.g. '90a') to build without one")
 
 
+def _cuda_home(nvcc: str) -> str:
+    """The CUDA toolkit folder: $CUDA_HOME, nvcc's parent, /usr/local/cuda, or nvcc's TOP."""
+    candidates = [os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "",
+                  str(Path(nvcc).resolve().parent.parent), "/usr/local/cuda"]
+    for home in candidates:
+        if home and (Path(home) / "include" / "cuda_runtime.h").is_file():
+            return home
+    out = subprocess.run([nvcc, "--dryrun", "-v", "-x", "cu", "-c", "/dev/null"],
+                         capture_output=True, text=True, check=False)
+    for line in (out.stdout + out.stderr).splitlines():
+        if "TOP=" in line:
+            return str(Path(line.split("TOP=", 1)[1].strip()).resolve())
+    raise ToolchainError(f"cannot find the CUDA toolkit of {nvcc}: set CUDA_HOME")
+
+
 def find_nvcc() -> str | None:
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     if home and (Path(home) / "bin" / "nvcc").exists():
@@ -113,8 +131,9 @@ def detect(device: str, cache_dir: Path, cxx: str | None = None, arch: str | Non
     cxx = cxx or os.environ.get("CXX") or "g++"
     nvcc = find_nvcc() if device == "cuda" else None
     torch_dir = _torch_dir()
-    key_parts = [device, sys.executable, str(torch_dir), importlib.metadata.version("torch"),
-                 cxx, str(nvcc), str(arch), os.environ.get("CUDA_VISIBLE_DEVICES", "")]
+    key_parts = [DETECT_VERSION, device, sys.executable, str(torch_dir),
+                 importlib.metadata.version("torch"), cxx, str(nvcc), str(arch),
+                 os.environ.get("CUDA_VISIBLE_DEVICES", "")]
     key = hashlib.sha256("\0".join(key_parts).encode()).hexdigest()[:24]
     path = cache_dir / f"toolchain-{key}.json"
     if path.exists():
@@ -140,7 +159,7 @@ def _probe(device: str, cxx: str, nvcc: str | None, arch: str | None, torch_dir:
     if device == "cuda":
         if nvcc is None:
             raise ToolchainError("nvcc not found: set CUDA_HOME or put nvcc on PATH")
-        cuda_home = str(Path(nvcc).resolve().parent.parent)
+        cuda_home = _cuda_home(nvcc)
         arch = arch or _detect_arch()
     return Toolchain(
         device=device,

@@ -90,7 +90,7 @@ Value to_value(const py::handle& obj, size_t index) {
   if (py::isinstance<py::int_>(obj)) return obj.cast<int64_t>();
   if (py::isinstance<py::float_>(obj)) return obj.cast<double>();
   throw std::invalid_argument("argument " + std::to_string(index) + " has unsupported type " +
-                              std::string(py::str(obj.get_type())));
+                              std::string(py::str(py::type::handle_of(obj))));
 }
 
 py::object call(const std::string& name, const py::args& args) {
@@ -102,10 +102,10 @@ py::object call(const std::string& name, const py::args& args) {
     // each call shows up in torch.profiler as "cuda_extension.NAME"
     RECORD_FUNCTION("cuda_extension." + name, std::vector<c10::IValue>());
 #ifdef CUDA_EXT_WITH_CUDA
-    c10::OptionalDeviceGuard guard;
+    c10::OptionalDeviceGuard device_guard;
     for (const auto& v : values)
       if (std::holds_alternative<Tensor>(v) && std::get<Tensor>(v).is_cuda()) {
-        guard.reset_device(at::Device(at::kCUDA, std::get<Tensor>(v).device));
+        device_guard.reset_device(at::Device(at::kCUDA, std::get<Tensor>(v).device));
         break;
       }
 #endif
