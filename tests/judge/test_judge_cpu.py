@@ -184,3 +184,34 @@ def test_kernelbench_layernorm_workspace(tmp_path: Path, kernelbench: Path):
     result = judge(task_path, root)
     assert result.correct and result.reward == 1, result.reasons
     assert result.correctness.max_abs_error < 1e-4
+
+
+def test_candidate_process_never_sees_the_reference_model(tmp_path: Path, scale_add_task: Path):
+    """The candidate looks for the reference in its job file and, at forward time, among all
+    live objects (gc). It answers correctly only if it finds nothing."""
+    path = tmp_path / "cand.py"
+    path.write_text(textwrap.dedent('''
+        import gc
+        import json
+        import sys
+        import torch.nn as nn
+
+        IN_JOB = "class Model(" in json.loads(open(sys.argv[1]).read())["task_code"]
+
+
+        def reachable():
+            return IN_JOB or any(isinstance(o, type) and o.__name__ == "Model"
+                                 and issubclass(o, nn.Module) for o in gc.get_objects())
+
+        class ModelNew(nn.Module):
+            def __init__(self, alpha):
+                super().__init__()
+                self.alpha = alpha
+
+            def forward(self, x, y):
+                if reachable():
+                    raise RuntimeError("the reference Model was reachable")
+                return self.alpha * x + y
+    '''))
+    result = judge(scale_add_task, path)
+    assert result.correct, result.reasons

@@ -9,6 +9,7 @@ the comparison happens here, in the judge's process.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -23,6 +24,7 @@ from cuda_agent.judge.compare import compare_trials
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.reward import milestone_reward
 from cuda_agent.judge.runner import WorkerOutcome, run_worker
+from cuda_agent.judge.worker import without_model
 from cuda_agent.results import BuildResult, CorrectnessResult, JudgeResult
 from cuda_agent.tasks.task import Task
 
@@ -52,7 +54,7 @@ class Judge:
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="cuda-agent-judge-") as tmp:
             result = self._judge(task, candidate, Path(tmp), profile)
-        return result.__class__(**{**result.__dict__, "seconds": time.perf_counter() - start})
+        return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
     def _judge(self, task: Task, candidate: Candidate, tmp: Path, profile: bool) -> JudgeResult:
         verdict = _Verdict(task, self.device)
@@ -100,7 +102,8 @@ class Judge:
     def _run(self, role: str, task: Task, tmp: Path, check: bool, **extra: Any) -> WorkerOutcome:
         cfg = self.config
         out = tmp / ("candidate_run" if role == "candidate" else role)
-        job = {"role": role, "task_code": task.code, "device": self.device, "seed": cfg.seed,
+        code = without_model(task.code) if role == "candidate" else task.code
+        job = {"role": role, "task_code": code, "device": self.device, "seed": cfg.seed,
                "trials": cfg.trials, "check": check, "time": cfg.time,
                "precision": task.precision.value, "state_path": str(tmp / "state.pt"),
                "timing": {"warmup": cfg.warmup if role != "compile" else max(cfg.warmup, 2),

@@ -3,8 +3,8 @@
 Started by ``cuda_agent.judge.runner`` as ``python -m cuda_agent.judge.worker JOB.json``.
 It writes ``result.json`` (and output tensors) to the job's folder; whatever it does, the
 judge process is not affected. The candidate's process never receives the reference
-``Model`` class, its outputs or the comparison: ``Model`` is stripped from the task code
-before the task's input functions are loaded.
+``Model`` class, its outputs or the comparison: the judge strips ``Model`` from the task
+code it writes into the candidate's job.
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ class StageError(RuntimeError):
         self.stage = stage
 
 
-def load_task_namespace(code: str, strip_model: bool) -> dict[str, Any]:
-    if strip_model:
-        tree = ast.parse(code)
-        tree.body = [n for n in tree.body
-                     if not (isinstance(n, ast.ClassDef) and n.name == "Model")]
-        code_obj = compile(tree, "task.py", "exec")
-    else:
-        code_obj = compile(code, "task.py", "exec")
+def without_model(code: str) -> str:
+    """The task's code with the reference ``class Model`` removed: what a candidate gets."""
+    tree = ast.parse(code)
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.ClassDef) and n.name == "Model")]
+    return ast.unparse(tree)
+
+
+def load_task_namespace(code: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "task"}
-    exec(code_obj, namespace)
+    exec(compile(code, "task.py", "exec"), namespace)
     return namespace
 
 
@@ -109,7 +109,7 @@ def run(job: dict[str, Any], result: dict[str, Any]) -> None:
     role, device, out = job["role"], job["device"], Path(job["out_dir"])
     set_precision(job["precision"])
     result["stage"] = "load"
-    namespace = load_task_namespace(job["task_code"], strip_model=role == "candidate")
+    namespace = load_task_namespace(job["task_code"])
     model_cls = load_candidate(job) if role == "candidate" else namespace["Model"]
     result["stage"] = "init"
     seed_all(job["seed"])
