@@ -163,6 +163,12 @@ def test_candidate_snapshot_rejects_links(tmp_path: Path, scale_add_task: Path, 
     (workspace / "kernels" / "x.h").symlink_to(workspace / "model.py")
     result = judge(scale_add_task, workspace)
     assert result.reward == -1 and "symbolic links are not allowed" in result.reasons[0]
+    (workspace / "kernels" / "x.h").unlink()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret.h").write_text("// not the candidate's\n")
+    (workspace / "kernels" / "sub").symlink_to(tmp_path / "outside")
+    result = judge(scale_add_task, workspace)
+    assert result.reward == -1 and "kernels/sub: symbolic links" in result.reasons[0]
 
 
 def test_kernelbench_layernorm_workspace(tmp_path: Path, kernelbench: Path):

@@ -57,6 +57,8 @@ class Candidate:
             return dest
         _copy(self.path / "model_new.py", dest / "model_new.py")
         kernels = self.path / "kernels"
+        if kernels.is_symlink():
+            raise CandidateError("kernels/ is a symbolic link; links are not allowed")
         files = sorted(p for p in kernels.rglob("*") if p.is_file() or p.is_symlink()) \
             if kernels.is_dir() else []
         if len(files) > MAX_FILES:
@@ -64,8 +66,12 @@ class Candidate:
         total = 0
         for src in files:
             rel = src.relative_to(self.path)
+            if src.is_symlink():
+                raise CandidateError(f"{rel}: symbolic links are not allowed in a candidate")
             if src.suffix not in SOURCE_SUFFIXES:
                 continue
+            if not src.resolve().is_relative_to(kernels.resolve()):
+                raise CandidateError(f"{rel}: reached through a symbolic link; not allowed")
             total += _copy(src, dest / rel)
             if total > MAX_BYTES:
                 raise CandidateError(f"kernels/ sources exceed {MAX_BYTES // 2**20} MiB")
