@@ -63,13 +63,25 @@ class BuildResult:
 
 @dataclasses.dataclass(frozen=True)
 class TimingStats:
-    """Wall time of repeated forward calls, in milliseconds."""
+    """Per-call times of repeated forward calls, in milliseconds.
+
+    ``ci_low_ms``/``ci_high_ms`` bound the median at 95% confidence (order statistics);
+    ``iqr_ms`` is the spread of the middle half of the runs.
+    """
 
     median_ms: float
     min_ms: float
     max_ms: float
     mean_ms: float
     runs: int
+    ci_low_ms: float = 0.0
+    ci_high_ms: float = 0.0
+    iqr_ms: float = 0.0
+
+    @property
+    def rel_ci(self) -> float:
+        """Half-width of the median's confidence interval over the median."""
+        return (self.ci_high_ms - self.ci_low_ms) / (2 * self.median_ms) if self.median_ms else 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,3 +118,9 @@ class JudgeResult:
     judge_version: str = ""
     seconds: float = 0.0
     profile: str = ""
+    flags: tuple[str, ...] = ()
+    seed: int | None = None
+    timing: TimingStats | None = None
+    eager_timing: TimingStats | None = None
+    compile_timing: TimingStats | None = None
+    time_meaning: str = ""

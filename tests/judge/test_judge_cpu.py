@@ -35,7 +35,12 @@ def test_honest_workspace_is_correct_and_timed(scale_add_task: Path, workspace: 
     assert result.reward in (1, 2)
     assert result.runtime_ms > 0 and result.eager_ms > 0 and result.compile_ms is None
     assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.runtime_ms)
-    assert result.correctness.trials == 5 and result.correctness.max_abs_error < 1e-5
+    assert result.correctness.trials == 7  # 5 seeded trials + 2 at other input scales
+    assert result.correctness.max_abs_error < 1e-4
+    assert result.judge_version == "judge-v2" and result.seed is not None
+    assert result.timing.ci_low_ms <= result.runtime_ms <= result.timing.ci_high_ms
+    assert "device-wide synchronisations" in result.time_meaning
+    assert result.eager_timing is not None and result.eager_timing.runs >= 5
     assert "reward capped at 2" in " ".join(result.reasons)
 
 
@@ -96,20 +101,22 @@ def test_hang_is_killed(scale_add_task: Path, workspace: Path):
 @pytest.mark.parametrize(
     ("forward", "needle"),
     [
-        ("x.zero_()\n        return y.clone()", "input 0 was modified by forward()"),
-        ("return 3", "output 0 is a int, not a plain torch.Tensor"),
-        ("return x.as_subclass(Sneaky)", "not a plain torch.Tensor"),
+        ("out = cuda_extension.scale_add(x, y, self.alpha)\n        x.zero_()\n"
+         "        return out", "input 0 was modified by forward()"),
+        ("cuda_extension.scale_add(x, y, self.alpha)\n        return 3",
+         "output 0 is a int, not a plain torch.Tensor"),
+        ("return cuda_extension.scale_add(x, y, self.alpha).as_subclass(Sneaky)",
+         "not a plain torch.Tensor"),
     ],
 )
-def test_rule_breaking_outputs(tmp_path: Path, scale_add_task: Path, forward: str, needle: str):
-    path = tmp_path / "cand.py"
-    path.write_text(
-        "import torch\nimport torch.nn as nn\n\n"
+def test_rule_breaking_outputs(scale_add_task: Path, workspace: Path, forward: str, needle: str):
+    (workspace / "model_new.py").write_text(
+        "import torch\nimport torch.nn as nn\nimport cuda_extension\n\n"
         "class Sneaky(torch.Tensor):\n    pass\n\n"
         "class ModelNew(nn.Module):\n"
         "    def __init__(self, alpha):\n        super().__init__()\n        self.alpha = alpha\n\n"
         f"    def forward(self, x, y):\n        {forward}\n")
-    result = judge(scale_add_task, path)
+    result = judge(scale_add_task, workspace)
     assert result.reward == -1 and needle in result.reasons[0], result.reasons
 
 
@@ -192,22 +199,30 @@ def test_kernelbench_layernorm_workspace(tmp_path: Path, kernelbench: Path):
     assert result.correctness.max_abs_error < 1e-4
 
 
-def test_candidate_process_never_sees_the_reference_model(tmp_path: Path, scale_add_task: Path):
+def test_candidate_process_never_sees_the_reference_model(scale_add_task: Path, workspace: Path):
     """The candidate looks for the reference in its job file and, at forward time, among all
-    live objects (gc). It answers correctly only if it finds nothing."""
-    path = tmp_path / "cand.py"
+    live objects (gc). It answers correctly only if it finds nothing. (The gc probe is done
+    from a helper module, since model_new.py itself may not introspect the process.)"""
+    (workspace / "kernels" / "probe.h").write_text("// the probe lives in Python\n")
+    path = workspace / "model_new.py"
     path.write_text(textwrap.dedent('''
-        import gc
-        import json
-        import sys
+        import importlib
         import torch.nn as nn
+        import cuda_extension
 
-        IN_JOB = "class Model(" in json.loads(open(sys.argv[1]).read())["task_code"]
+        collector = importlib.import_module("g" + "c")
 
 
         def reachable():
-            return IN_JOB or any(isinstance(o, type) and o.__name__ == "Model"
-                                 and issubclass(o, nn.Module) for o in gc.get_objects())
+            for o in collector.get_objects():
+                try:
+                    if type(o) is type and o.__name__ == "Model" and nn.Module in o.__mro__:
+                        return True
+                    if type(o) is dict and "class Model(" in str(o.get("task_code", "")):
+                        return True  # the job the worker received
+                except Exception:
+                    continue
+            return False
 
         class ModelNew(nn.Module):
             def __init__(self, alpha):
@@ -217,7 +232,7 @@ def test_candidate_process_never_sees_the_reference_model(tmp_path: Path, scale_
             def forward(self, x, y):
                 if reachable():
                     raise RuntimeError("the reference Model was reachable")
-                return self.alpha * x + y
+                return cuda_extension.scale_add(x, y, self.alpha)
     '''))
-    result = judge(scale_add_task, path)
+    result = judge(scale_add_task, workspace)
     assert result.correct, result.reasons

@@ -6,6 +6,11 @@ import torch
 
 from cuda_agent.results import CorrectnessResult
 
+PRECISION_FACTOR = 16.0
+"""A candidate may be this many times further from float64 than eager PyTorch is."""
+PRECISION_FLOOR = {"fp32": 2e-5, "tf32": 2e-3, "bf16": 2e-2, "fp16": 4e-3}
+"""...but always at least this far (relative norm), whatever eager's own error."""
+
 # (atol, rtol) by output dtype
 TOLERANCES = {
     torch.float64: (1e-7, 1e-7),
@@ -73,3 +78,37 @@ def _check(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float
     if norm > 0 and rel_err > max(rtol, 1e-7):
         return f"relative norm error {rel_err:.3g} above {rtol:g}", abs_err, rel_err
     return None, abs_err, rel_err
+
+
+def _rel_norm(out: torch.Tensor, ref64: torch.Tensor) -> float:
+    finite = torch.isfinite(ref64) & torch.isfinite(out.double())
+    ref = ref64.where(finite, torch.zeros_like(ref64))
+    diff = (out.double() - ref64).where(finite, torch.zeros_like(ref64))
+    norm = float(torch.linalg.vector_norm(ref))
+    return float(torch.linalg.vector_norm(diff)) / norm if norm > 0 else 0.0
+
+
+def precision_budget(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]],
+                     candidate: list[list[torch.Tensor]], precision: str
+                     ) -> tuple[list[str], float, float]:
+    """Compare the candidate's error against float64 with eager's own error (a budget).
+
+    Returns (problems, worst candidate error, worst budget).
+    """
+    problems: list[str] = []
+    worst_err = worst_budget = 0.0
+    floor = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["fp32"])
+    for trial, (refs, wides, cands) in enumerate(zip(reference, wide, candidate, strict=True)):
+        for k, (ref, ref64, out) in enumerate(zip(refs, wides, cands, strict=True)):
+            if not (ref.is_floating_point() and ref64.is_floating_point()):
+                continue
+            eager_err = _rel_norm(ref, ref64)
+            budget = max(PRECISION_FACTOR * eager_err, floor)
+            err = _rel_norm(out, ref64)
+            worst_err, worst_budget = max(worst_err, err), max(worst_budget, budget)
+            if err > budget and not problems:
+                problems.append(
+                    f"precision: trial {trial}, output {k} is {err:.3g} from the float64 "
+                    f"reference (relative norm); eager {precision} is {eager_err:.3g}, budget "
+                    f"{budget:.3g}: computed at a lower precision than declared?")
+    return problems, worst_err, worst_budget

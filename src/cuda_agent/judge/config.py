@@ -8,10 +8,16 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v1"
+JUDGE_VERSION = "judge-v2"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
-History: judge-v1 -- separate processes, seeded trials, per-dtype tolerances, milestone reward.
+History:
+- judge-v1: separate processes, seeded trials, per-dtype tolerances, milestone reward.
+- judge-v2: random secret seeds; scaled-input trials; float64 precision budget; run-time
+  ATen trace, fresh-allocation poisoning and kernel provenance of outputs; static checks;
+  adaptive timing with confidence intervals over rotated, refilled inputs; timed outputs
+  re-checked; cross-check with the judge's clock; cached baselines; memory-floor flag;
+  leftover threads and processes fail.
 """
 
 
@@ -20,15 +26,26 @@ class JudgeConfig(BaseModel):
 
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="Where to run: 'auto' takes CUDA when a GPU is present.")
-    seed: int = Field(42, description="Base seed; trial i draws its inputs with seed + i.")
+    seed: int | None = Field(
+        None, description="Base seed; trial i draws its inputs with seed + i. None draws a "
+        "secret random seed per judgement (recorded in the result).")
     trials: int = Field(5, ge=1, description="Correctness trials, each with fresh inputs.")
+    scales: tuple[float, ...] = Field(
+        (0.25, 4.0), description="Extra trials with floating inputs multiplied by these.")
+    float64_check: bool = Field(True, description="Judge precision against float64.")
     check: bool = Field(True, description="Compare outputs with the reference.")
     time: bool = Field(True, description="Time the candidate and the eager baseline.")
     time_compile: bool = Field(True, description="Also time the torch.compile baseline.")
     warmup: int = Field(3, ge=0, description="Untimed calls before timing.")
     min_runs: int = Field(10, ge=1, description="Timed calls at least.")
-    max_runs: int = Field(200, ge=1, description="Timed calls at most.")
-    time_budget_s: float = Field(3.0, gt=0, description="Stop timing after this much wall time.")
+    max_runs: int = Field(500, ge=1, description="Timed calls at most.")
+    time_budget_s: float = Field(2.0, gt=0, description="Stop timing after this much wall time.")
+    target_rel_ci: float = Field(
+        0.005, gt=0, description="Stop once the median's 95% CI half-width is this fraction.")
+    cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
+    memory_limit_gb: float = Field(32.0, description="Address-space limit of CPU workers.")
+    floor_margin: float = Field(
+        0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")
     process_timeout_s: float = Field(600.0, gt=0, description="Limit for each worker process.")
     atol: float | None = Field(None, description="Absolute tolerance; default per dtype.")
     rtol: float | None = Field(None, description="Relative tolerance; default per dtype.")

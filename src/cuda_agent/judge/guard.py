@@ -1,0 +1,154 @@
+"""Run-time enforcement inside the candidate's process (judge-v2).
+
+``ForwardGuard`` wraps each call of ``ModelNew.forward``:
+
+- Every ATen operator dispatched during the call is seen by a ``TorchDispatchMode``, also
+  those called from C++ inside the extension (``at::matmul`` in a binding goes through the
+  dispatcher). Only tensor creation, views, copies into place and fills are allowed; the
+  custom kernels themselves are not ATen operators.
+- Fresh allocations made during the call (``empty``, ``empty_like``, ``empty_strided``) are
+  filled with NaN (floats) or a sentinel (integers) before the candidate sees them, so an
+  output that is not fully written cannot pass on stale memory.
+- The functions of the extension module are wrapped to record which tensors they returned
+  or received; every output of ``forward`` must share storage with one of those, else it
+  was not produced by a custom kernel (a decoy launch or a PyTorch result).
+- Python threads that are still alive after the call are reported.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+ALLOWED = frozenset({
+    # creation
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros",
+    "zeros_like", "ones", "ones_like", "full", "full_like", "new_zeros", "new_ones",
+    "new_full", "scalar_tensor", "lift_fresh", "lift_fresh_copy", "zero_", "fill_",
+    # views and layout
+    "view", "_unsafe_view", "reshape", "as_strided", "permute", "transpose", "t", "squeeze",
+    "unsqueeze", "expand", "expand_as", "flatten", "unflatten", "select", "slice",
+    "narrow", "split", "split_with_sizes", "chunk", "unbind", "movedim", "alias", "detach",
+    "contiguous", "clone", "copy_", "_reshape_alias", "view_as", "resize_", "set_",
+    "unfold", "diagonal", "_to_copy", "to", "_local_scalar_dense", "is_nonzero", "sym_size",
+    "sym_stride", "sym_numel", "sym_storage_offset", "record_stream",
+})
+POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
+                        "new_empty_strided"})
+
+
+def op_name(func: Any) -> str:
+    """'aten::add.Tensor' -> 'add'; in-place variants keep their underscore."""
+    return func._schema.name.split("::")[-1]
+
+
+def poison(t: torch.Tensor) -> None:
+    if t.numel() == 0:
+        return
+    with torch.no_grad():
+        if t.is_floating_point() or t.is_complex():
+            t.fill_(float("nan"))
+        elif t.dtype == torch.bool:
+            t.fill_(True)
+        else:
+            t.fill_(torch.iinfo(t.dtype).max if t.dtype != torch.uint8 else 0xA5)
+
+
+class _Trace(TorchDispatchMode):
+    def __init__(self, poison_fresh: bool):
+        super().__init__()
+        self.violations: list[str] = []
+        self.poison_fresh = poison_fresh
+        self.ops: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = op_name(func)
+        self.ops[name] = self.ops.get(name, 0) + 1
+        if name not in ALLOWED and name.rstrip("_") not in ALLOWED:
+            full = str(func._schema.name) + (f".{func._overloadname}"
+                                             if func._overloadname != "default" else "")
+            if full not in self.violations:
+                self.violations.append(full)
+        out = func(*args, **(kwargs or {}))
+        if self.poison_fresh and name in POISON_OPS and isinstance(out, torch.Tensor):
+            poison(out)
+        return out
+
+
+class ForwardGuard:
+    """Check one forward call; ``problems`` lists what broke the rules (empty if none)."""
+
+    def __init__(self, extension_modules: list[ModuleType], poison_fresh: bool = True):
+        self.poison_fresh = poison_fresh
+        self.produced: set[int] = set()
+        self.calls = 0
+        for module in extension_modules:
+            self._wrap(module)
+
+    def _wrap(self, module: ModuleType) -> None:
+        for name in dir(module):
+            fn = getattr(module, name)
+            if name.startswith("_") or not callable(fn) or getattr(fn, "_ca_wrapped", False):
+                continue
+            setattr(module, name, self._recording(fn))
+
+    def _recording(self, fn: Callable) -> Callable:
+        guard = self
+
+        def call(*args, **kwargs):
+            guard.calls += 1
+            result = fn(*args, **kwargs)
+            for value in (*args, *kwargs.values(), *_flatten(result)):
+                if isinstance(value, torch.Tensor):
+                    guard.produced.add(_storage_key(value))
+            return result
+
+        call._ca_wrapped = True  # type: ignore[attr-defined]
+        call.__doc__ = fn.__doc__
+        return call
+
+    def run(self, model: torch.nn.Module, inputs: list[Any]) -> tuple[Any, list[str]]:
+        """Call ``model(*inputs)`` under the trace; return its result and the problems."""
+        self.produced.clear()
+        self.calls = 0
+        threads_before = set(threading.enumerate())
+        input_keys = {_storage_key(x) for x in inputs if isinstance(x, torch.Tensor)}
+        trace = _Trace(self.poison_fresh)
+        with torch.no_grad(), trace:
+            result = model(*inputs)
+        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
+            torch.cuda.synchronize()
+        problems = [f"forward ran {op} (not allowed: only tensor creation, views and "
+                    "cuda_extension calls)" for op in trace.violations[:5]]
+        if self.calls == 0:
+            problems.append("no custom kernel ran: forward never called the extension")
+        for k, out in enumerate(_flatten(result)):
+            if not isinstance(out, torch.Tensor):
+                continue
+            key = _storage_key(out)
+            if key not in self.produced or (key in input_keys and self.calls == 0):
+                problems.append(f"output {k} was not produced by a custom kernel "
+                                "(it does not come from a cuda_extension call)")
+        leftover = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+        if leftover:
+            problems.append(f"forward left {len(leftover)} thread(s) running "
+                            f"({', '.join(t.name for t in leftover[:3])})")
+        return result, problems
+
+
+def _flatten(value: Any) -> list[Any]:
+    if isinstance(value, (list, tuple)):
+        return [x for item in value for x in _flatten(item)]
+    return [value]
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    try:
+        return t.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):
+        return t.data_ptr()

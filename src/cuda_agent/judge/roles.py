@@ -1,0 +1,195 @@
+"""What each judge process does: reference/baselines and candidate (run inside workers)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from cuda_agent.judge import timing
+from cuda_agent.judge.worker import (
+    StageError,
+    as_outputs,
+    autocast,
+    make_inputs,
+    seed_all,
+    to_cpu,
+)
+
+
+def _timing_kwargs(job: dict[str, Any]) -> dict[str, Any]:
+    return {k: job["timing"][k] for k in ("warmup", "min_runs", "max_runs", "budget_s",
+                                          "target_rel_ci")}
+
+
+def _rotation(job: dict[str, Any], namespace: dict[str, Any]) -> timing.Rotation:
+    seeds = job["timing_seeds"]
+    return timing.Rotation(lambda k: make_inputs(namespace, seeds[k], job["device"]), len(seeds))
+
+
+def _double(model: torch.nn.Module) -> torch.nn.Module | None:
+    try:
+        return copy.deepcopy(model).double()
+    except Exception:
+        return None
+
+
+def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, device: str
+             ) -> None:
+    """Reference (outputs, float64 outputs, eager timing) or the torch.compile baseline."""
+    result["stage"] = "init"
+    seed_all(job["init_seed"])
+    model = ns["Model"](*ns["get_init_inputs"]())
+    model = model.to(device).eval()
+    if job["role"] == "reference":
+        torch.save(model.state_dict(), job["state_path"])
+    else:
+        model.load_state_dict(torch.load(job["state_path"], weights_only=True))
+        model = torch.compile(model)
+    precision = job["precision"]
+
+    def forward(*inputs: Any) -> Any:
+        with autocast(precision, device):
+            return model(*inputs)
+
+    if job["check"] and job["role"] == "reference":
+        result["stage"] = "forward"
+        model64 = _double(model) if job.get("float64", True) else None
+        result["float64"] = model64 is not None
+        with torch.no_grad():
+            for i, (seed, scale) in enumerate(job["trials"]):
+                inputs = make_inputs(ns, seed, device, scale)
+                record = {"out": to_cpu(as_outputs(forward(*inputs)), "reference")}
+                if i == 0:
+                    result["io_bytes"] = sum(t.numel() * t.element_size()
+                                             for t in [*inputs, *record["out"]]
+                                             if isinstance(t, torch.Tensor))
+                if model64 is not None:
+                    wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
+                            else x for x in inputs]
+                    try:
+                        record["out64"] = to_cpu(as_outputs(model64(*wide)), "reference")
+                    except Exception as exc:  # some operators have no float64 kernel
+                        model64, result["float64"] = None, False
+                        result["float64_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                torch.save(record, out / f"trial_{i}.pt")
+            for k, seed in enumerate(job["timing_seeds"]):
+                outputs = as_outputs(forward(*make_inputs(ns, seed, device)))
+                torch.save(to_cpu(outputs, "reference"), out / f"timed_{k}.pt")
+    if job["time"]:
+        result["stage"] = "timing"
+        stats, _ = timing.measure(forward, _rotation(job, ns), device, **_timing_kwargs(job))
+        result["timing"] = stats.__dict__
+    if job.get("bandwidth"):
+        result["bandwidth_gbs"] = _bandwidth(device)
+
+
+def _bandwidth(device: str) -> float:
+    """Copy bandwidth (bytes read + written per second, in GB/s) of the device's memory."""
+    n = (1 << 28) if device.startswith("cuda") else (1 << 25)
+    src = torch.rand(n, device=device)
+    dst = torch.empty_like(src)
+
+    def copy_once() -> None:
+        dst.copy_(src)
+
+    rotation = timing.Rotation(lambda k: [], 1)
+    stats, _ = timing.measure(copy_once, rotation, device, warmup=2, min_runs=10,
+                              max_runs=30, budget_s=1.0)
+    return 2 * n * 4 / (stats.min_ms * 1e-3) / 1e9
+
+
+def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any]]:
+    """Import the candidate; return ModelNew and the extension modules it uses."""
+    modules: list[Any] = []
+    if job.get("extension"):
+        from cuda_agent.build.builder import load_extension
+
+        modules.append(load_extension(job["extension"]))
+    else:
+        import torch.utils.cpp_extension as cpp
+
+        def capture(fn):
+            def wrapper(*args, **kwargs):
+                module = fn(*args, **kwargs)
+                modules.append(module)
+                return module
+            return wrapper
+
+        cpp.load_inline, cpp.load = capture(cpp.load_inline), capture(cpp.load)
+    path = Path(job["candidate_dir"]) / "model_new.py"
+    spec = importlib.util.spec_from_file_location("model_new", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model_new"] = module
+    spec.loader.exec_module(module)
+    model_new = getattr(module, "ModelNew", None)
+    if not isinstance(model_new, type):
+        raise StageError("load", "model_new.py defines no class `ModelNew`")
+    return model_new, modules
+
+
+def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, mark) -> None:
+    from cuda_agent.judge.guard import ForwardGuard
+
+    device = job["device"]
+    model_cls, modules = _load_candidate(job)
+    result["stage"] = "init"
+    seed_all(job["init_seed"])
+    model = model_cls(*ns["get_init_inputs"]())
+    result["stage"] = "weights"
+    try:
+        model.load_state_dict(torch.load(job["state_path"], weights_only=True))
+    except RuntimeError as exc:
+        raise StageError("weights", f"load_state_dict failed: {str(exc)[:600]}") from None
+    model = model.to(device).eval()
+    guard = ForwardGuard(modules)
+
+    def checked(inputs: list[Any], stage: str) -> Any:
+        before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        outputs, problems = guard.run(model, inputs)
+        for k, (a, b) in enumerate(zip(inputs, before, strict=True)):
+            if isinstance(a, torch.Tensor) and not torch.equal(a, b):
+                problems.append(f"input {k} was modified by forward()")
+        if problems:
+            raise StageError(stage, "; ".join(problems))
+        return outputs
+
+    if job["check"]:
+        result["stage"] = "forward"
+        for i, (seed, scale) in enumerate(job["trials"]):
+            outputs = checked(make_inputs(ns, seed, device, scale), "forward")
+            torch.save(to_cpu(as_outputs(outputs), "candidate"), out / f"outputs_{i}.pt")
+    if job["time"]:
+        result["stage"] = "timing"
+        rotation = _rotation(job, ns)
+        stats, last = timing.measure(model, rotation, device, **_timing_kwargs(job),
+                                     audit=lambda inputs: checked(inputs, "timing"))
+        result["timing"] = stats.__dict__
+        for j, (k, outputs) in enumerate(last):
+            torch.save({"variant": k, "out": to_cpu(as_outputs(outputs), "candidate")},
+                       out / f"timed_{j}.pt")
+        if job.get("profile"):
+            result["profile"] = _profile_table(model, rotation.prepare(0)[0], device)
+        calls = max(3, min(1000, int(200.0 / max(stats.median_ms, 1e-3))))
+        inputs, _ = rotation.prepare(0)
+        result["crosscheck_calls"] = calls
+        result["crosscheck_ms"] = timing.crosscheck(model, inputs, device, calls, mark)
+
+
+def _profile_table(model: Any, inputs: list[Any], device: str, rows: int = 15) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+    with torch.no_grad(), profile(activities=activities) as prof:
+        for _ in range(3):
+            model(*inputs)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    key = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows)
