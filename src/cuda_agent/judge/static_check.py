@@ -19,6 +19,10 @@ COMPUTE_METHODS = frozenset({
     "add_", "mul_", "sub_", "div_", "clamp_", "relu_", "exp_", "pow_", "gelu", "silu",
 })
 REFERENCE_MODULES = ("model", "reference", "task")
+INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
+                 "inspect.currentframe", "inspect.stack", "inspect.getouterframes",
+                 "_get_current_dispatch_mode", "_python_dispatch", "sys.modules",
+                 "sys.settrace", "sys.setprofile")
 
 
 def check_source(source: str) -> list[str]:
@@ -38,6 +42,11 @@ def check_source(source: str) -> list[str]:
                 if alias.name.split(".")[0] in REFERENCE_MODULES:
                     problems.append(f"model_new.py:{node.lineno}: imports the reference "
                                     f"module '{alias.name}' (not allowed)")
+    for node in ast.walk(tree):
+        name = _dotted(node) if isinstance(node, ast.Attribute) else None
+        if name and any(name == bad or name.endswith("." + bad) for bad in INTROSPECTION):
+            problems.append(f"model_new.py:{node.lineno}: uses {name} (not allowed: a "
+                            "candidate may not introspect the judge's process)")
     model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
                       and n.name == "ModelNew"), None)
     if model_new is None:
