@@ -113,6 +113,18 @@ class Builder:
                            compiled, cached, time.perf_counter() - start,
                            diagnostics.trim_log(log))
 
+    def build_tracer(self) -> str:
+        """The fixed layer linked alone: a module with the judge's process-wide operator
+        trace (``_trace_begin``/``_trace_end``) for candidates that bring no workspace."""
+        chain = self.chain
+        ok, log, obj = self._binding_object(chain)
+        if not ok:
+            raise ToolchainError(f"fixed binding layer failed to compile:\n{log}")
+        ok, log, ext = self._link(chain, [obj])
+        if not ok or ext is None:
+            raise ToolchainError(f"tracer module failed to link:\n{log}")
+        return str(ext)
+
     def _sources(self, root: Path) -> list[Path]:
         kernels = root / "kernels"
         if not kernels.is_dir():

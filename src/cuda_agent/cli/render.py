@@ -41,7 +41,11 @@ def print_judge(result: JudgeResult) -> None:
     colour = "green" if result.reward > 0 else "red"
     table.add_row("reward", f"[bold {colour}]{result.reward}[/]")
     table.add_row("compiled / correct", f"{result.compiled} / {result.correct}")
-    table.add_row("candidate", _ms(result.runtime_ms))
+    spread = ""
+    if result.timing is not None:
+        spread = (f"  (95% CI {result.timing.ci_low_ms:.4g}-{result.timing.ci_high_ms:.4g}, "
+                  f"{result.timing.runs} runs)")
+    table.add_row("candidate", _ms(result.runtime_ms) + spread)
     table.add_row("eager", f"{_ms(result.eager_ms)}  (speed-up {_x(result.speedup_vs_eager)})")
     table.add_row("torch.compile",
                   f"{_ms(result.compile_ms)}  (speed-up {_x(result.speedup_vs_compile)})")
@@ -50,7 +54,11 @@ def print_judge(result: JudgeResult) -> None:
                       f"{result.correctness.max_rel_error:.3g}")
     console.print(table)
     for reason in result.reasons:
-        console.print(f"  [yellow]-[/] {reason}")
+        console.print(f"  [yellow]-[/] {reason}", highlight=False)
+    for flag in result.flags:
+        console.print(f"  [magenta]flag:[/] {flag}", highlight=False)
+    if result.seed is not None:
+        console.print(f"  judged by {result.judge_version}, seed {result.seed}", highlight=False)
     if result.build and not result.build.ok:
         print_build(result.build)
 

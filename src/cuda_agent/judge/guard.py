@@ -13,6 +13,11 @@
   or received; every output of ``forward`` must share storage with one of those, else it
   was not produced by a custom kernel (a decoy launch or a PyTorch result).
 - Python threads that are still alive after the call are reported.
+- The trusted fixed C++ layer adds a process-wide operator trace (a global RecordFunction
+  callback): operators run on other threads, or with Python dispatch modes switched off,
+  are seen there too.
+- Reading tensor data into NumPy or Python lists (``.numpy()``, ``.tolist()``,
+  ``__array__``) during the call is refused: that is computing outside a kernel.
 """
 
 from __future__ import annotations
@@ -36,8 +41,11 @@ ALLOWED = frozenset({
     "narrow", "split", "split_with_sizes", "chunk", "unbind", "movedim", "alias", "detach",
     "contiguous", "clone", "copy_", "_reshape_alias", "view_as", "resize_", "set_",
     "unfold", "diagonal", "_to_copy", "to", "_local_scalar_dense", "is_nonzero", "sym_size",
-    "sym_stride", "sym_numel", "sym_storage_offset", "record_stream",
+    "sym_stride", "sym_numel", "sym_storage_offset", "record_stream", "resolve_conj",
+    "resolve_neg", "conj", "_conj", "detach_", "is_same_size", "size", "stride", "numel",
+    "dim", "item", "result_type", "is_pinned", "_has_compatible_shallow_copy_type",
 })
+DATA_ESCAPES = ("numpy", "tolist", "__array__")
 POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                         "new_empty_strided"})
 
@@ -83,8 +91,10 @@ class _Trace(TorchDispatchMode):
 class ForwardGuard:
     """Check one forward call; ``problems`` lists what broke the rules (empty if none)."""
 
-    def __init__(self, extension_modules: list[ModuleType], poison_fresh: bool = True):
+    def __init__(self, extension_modules: list[ModuleType], tracer: ModuleType | None = None,
+                 poison_fresh: bool = True):
         self.poison_fresh = poison_fresh
+        self.tracer = tracer
         self.produced: set[int] = set()
         self.calls = 0
         for module in extension_modules:
@@ -119,12 +129,36 @@ class ForwardGuard:
         threads_before = set(threading.enumerate())
         input_keys = {_storage_key(x) for x in inputs if isinstance(x, torch.Tensor)}
         trace = _Trace(self.poison_fresh)
-        with torch.no_grad(), trace:
-            result = model(*inputs)
-        if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
-            torch.cuda.synchronize()
+        saved = {name: getattr(torch.Tensor, name) for name in DATA_ESCAPES}
+        escapes: list[str] = []
+        for name in DATA_ESCAPES:
+            setattr(torch.Tensor, name, _refuse(name, escapes))
+        if self.tracer is not None:
+            self.tracer._trace_begin()
+        try:
+            with torch.no_grad(), trace:
+                result = model(*inputs)
+            if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
+                torch.cuda.synchronize()
+        except Exception:
+            if not escapes:
+                raise
+            result = None
+        finally:
+            seen = self.tracer._trace_end() if self.tracer is not None else {}
+            for name, method in saved.items():
+                setattr(torch.Tensor, name, method)
+        violations = list(trace.violations)
+        for full in seen:
+            if full.startswith("aten::"):
+                name = full.split("::", 1)[1]
+                if name not in ALLOWED and name.rstrip("_") not in ALLOWED and \
+                        not any(v.startswith(full) for v in violations):
+                    violations.append(full)
         problems = [f"forward ran {op} (not allowed: only tensor creation, views and "
-                    "cuda_extension calls)" for op in trace.violations[:5]]
+                    "cuda_extension calls)" for op in violations[:5]]
+        problems += [f"forward read tensor data with .{name}() (not allowed: compute belongs "
+                     "in a kernel)" for name in dict.fromkeys(escapes)]
         if self.calls == 0:
             problems.append("no custom kernel ran: forward never called the extension")
         for k, out in enumerate(_flatten(result)):
@@ -139,6 +173,13 @@ class ForwardGuard:
             problems.append(f"forward left {len(leftover)} thread(s) running "
                             f"({', '.join(t.name for t in leftover[:3])})")
         return result, problems
+
+
+def _refuse(name: str, escapes: list[str]) -> Callable:
+    def refused(*args, **kwargs):
+        escapes.append(name)
+        raise RuntimeError(f"Tensor.{name}() is not allowed inside ModelNew.forward")
+    return refused
 
 
 def _flatten(value: Any) -> list[Any]:

@@ -27,9 +27,10 @@ from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.static_check import check_source
+from cuda_agent.judge.timing import stats
 from cuda_agent.judge.verify import check_outputs, check_timing
 from cuda_agent.judge.worker import without_model
-from cuda_agent.results import JudgeResult, TimingStats
+from cuda_agent.results import JudgeResult
 from cuda_agent.tasks.task import Task
 
 
@@ -91,9 +92,10 @@ class Judge:
             reference = plan.collect_reference()
             reference["io_bytes"] = ref.result.get("io_bytes")
             extension = verdict.build.extension_path if verdict.build else None
+            tracer = None if extension else self.builder.build_tracer()
             cand = cand_worker.run(plan.job("candidate", candidate_dir=str(snapshot),
-                                            extension=extension, profile=profile),
-                                  cfg.process_timeout_s)
+                                            extension=extension, tracer=tracer,
+                                            profile=profile), cfg.process_timeout_s)
             cand_worker = None
         finally:
             for worker in (ref_worker, cand_worker):
@@ -121,13 +123,13 @@ class Judge:
 
     def _measure_baselines(self, plan: _Plan, ref: WorkerOutcome) -> baseline_cache.Baselines:
         cfg = self.config
-        eager = TimingStats(**ref.result["timing"]) if ref.result.get("timing") else None
+        eager = stats(ref.result["samples_ms"]) if ref.result.get("samples_ms") else None
         compile_stats = None
         if cfg.time and cfg.time_compile:
             comp = self._worker(plan.tmp / "compile").run(plan.job("compile", time=True),
                                                           cfg.process_timeout_s)
             if comp.ok:
-                compile_stats = TimingStats(**comp.result["timing"])
+                compile_stats = stats(comp.result["samples_ms"])
             else:
                 raise JudgeError(f"torch.compile baseline failed: {comp.failure}")
         base = baseline_cache.Baselines(eager, compile_stats, ref.result.get("bandwidth_gbs"))
@@ -143,7 +145,8 @@ class _Plan:
         self.cfg, self.task, self.device, self.tmp = cfg, task, device, tmp
         self.trials = [[seed + i, 1.0] for i in range(cfg.trials)]
         self.trials += [[seed + 500 + j, s] for j, s in enumerate(cfg.scales)]
-        self.timing_seeds = [seed + 1000 + k for k in range(3)]
+        self.timing_seeds = [seed + 1000 + k for k in range(2)]
+        self.fresh_seed = seed + 2000
         self.init_seed = seed
         self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
                        "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
@@ -164,14 +167,16 @@ class _Plan:
         code = without_model(self.task.code) if role == "candidate" else self.task.code
         return {"role": role, "task_code": code, "device": self.device,
                 "init_seed": self.init_seed, "trials": self.trials,
-                "timing_seeds": self.timing_seeds, "check": self.cfg.check,
+                "timing_seeds": self.timing_seeds, "fresh_seed": self.fresh_seed,
+                "check": self.cfg.check,
                 "time": self.cfg.time if time is None else time,
                 "precision": self.task.precision.value, "float64": self.cfg.float64_check,
                 "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
 
     def _load(self, path: Path) -> Any:
+        # compare on the device: large outputs compare far faster there than on the CPU
         try:
-            return torch.load(path, weights_only=True)
+            return torch.load(path, weights_only=True, map_location=self.device)
         except Exception as exc:
             raise JudgeError(f"unreadable outputs {path.name}: {exc}") from None
         finally:
@@ -181,7 +186,8 @@ class _Plan:
         folder = self.tmp / "reference"
         n = len(self.trials) if self.cfg.check else 0
         records = [self._load(folder / f"trial_{i}.pt") for i in range(n)]
-        timed = [self._load(folder / f"timed_{k}.pt") for k in range(3) if self.cfg.check]
+        timed = [self._load(folder / f"timed_{k}.pt") for k in range(len(self.timing_seeds))
+                 if self.cfg.check]
         shutil.rmtree(folder, ignore_errors=True)
         return {"out": [r["out"] for r in records],
                 "out64": [r["out64"] for r in records] if all("out64" in r for r in records)

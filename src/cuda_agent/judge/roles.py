@@ -27,8 +27,14 @@ def _timing_kwargs(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _rotation(job: dict[str, Any], namespace: dict[str, Any]) -> timing.Rotation:
+    """Input set k < len(timing_seeds) is checked later; the others are fresh each call."""
     seeds = job["timing_seeds"]
-    return timing.Rotation(lambda k: make_inputs(namespace, seeds[k], job["device"]), len(seeds))
+
+    def variant(k: int) -> list[Any]:
+        seed = seeds[k] if k < len(seeds) else job["fresh_seed"] + k
+        return make_inputs(namespace, seed, job["device"])
+
+    return timing.Rotation(variant, len(seeds))
 
 
 def _double(model: torch.nn.Module) -> torch.nn.Module | None:
@@ -82,8 +88,8 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
                 torch.save(to_cpu(outputs, "reference"), out / f"timed_{k}.pt")
     if job["time"]:
         result["stage"] = "timing"
-        stats, _ = timing.measure(forward, _rotation(job, ns), device, **_timing_kwargs(job))
-        result["timing"] = stats.__dict__
+        samples, _ = timing.measure(forward, _rotation(job, ns), device, **_timing_kwargs(job))
+        result["samples_ms"] = samples
     if job.get("bandwidth"):
         result["bandwidth_gbs"] = _bandwidth(device)
 
@@ -97,10 +103,10 @@ def _bandwidth(device: str) -> float:
     def copy_once() -> None:
         dst.copy_(src)
 
-    rotation = timing.Rotation(lambda k: [], 1)
-    stats, _ = timing.measure(copy_once, rotation, device, warmup=2, min_runs=10,
-                              max_runs=30, budget_s=1.0)
-    return 2 * n * 4 / (stats.min_ms * 1e-3) / 1e9
+    rotation = timing.Rotation(lambda k: [], 0)
+    samples, _ = timing.measure(copy_once, rotation, device, warmup=2, min_runs=10,
+                                max_runs=30, budget_s=1.0)
+    return 2 * n * 4 / (min(samples) * 1e-3) / 1e9
 
 
 def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any]]:
@@ -132,6 +138,15 @@ def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any]]:
     return model_new, modules
 
 
+def _load_tracer(path: str) -> Any:
+    """The fixed layer linked alone, imported under its own name (file candidates)."""
+    spec = importlib.util.spec_from_file_location("cuda_extension", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules["cuda_agent_tracer"] = module
+    return module
+
+
 def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, mark) -> None:
     from cuda_agent.judge.guard import ForwardGuard
 
@@ -146,7 +161,10 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
     except RuntimeError as exc:
         raise StageError("weights", f"load_state_dict failed: {str(exc)[:600]}") from None
     model = model.to(device).eval()
-    guard = ForwardGuard(modules)
+    tracer = modules[0] if job.get("extension") else None
+    if tracer is None and job.get("tracer"):
+        tracer = _load_tracer(job["tracer"])
+    guard = ForwardGuard(modules, tracer)
 
     def checked(inputs: list[Any], stage: str) -> Any:
         before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -166,15 +184,15 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
     if job["time"]:
         result["stage"] = "timing"
         rotation = _rotation(job, ns)
-        stats, last = timing.measure(model, rotation, device, **_timing_kwargs(job),
-                                     audit=lambda inputs: checked(inputs, "timing"))
-        result["timing"] = stats.__dict__
+        samples, last = timing.measure(model, rotation, device, **_timing_kwargs(job),
+                                       audit=lambda inputs: checked(inputs, "timing"))
+        result["samples_ms"] = samples
         for j, (k, outputs) in enumerate(last):
             torch.save({"variant": k, "out": to_cpu(as_outputs(outputs), "candidate")},
                        out / f"timed_{j}.pt")
         if job.get("profile"):
             result["profile"] = _profile_table(model, rotation.prepare(0)[0], device)
-        calls = max(3, min(1000, int(200.0 / max(stats.median_ms, 1e-3))))
+        calls = max(3, min(1000, int(200.0 / max(sorted(samples)[len(samples) // 2], 1e-3))))
         inputs, _ = rotation.prepare(0)
         result["crosscheck_calls"] = calls
         result["crosscheck_ms"] = timing.crosscheck(model, inputs, device, calls, mark)

@@ -22,7 +22,8 @@ REFERENCE_MODULES = ("model", "reference", "task")
 INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._getframe",
                  "inspect.currentframe", "inspect.stack", "inspect.getouterframes",
                  "_get_current_dispatch_mode", "_python_dispatch", "sys.modules",
-                 "sys.settrace", "sys.setprofile")
+                 "sys.settrace", "sys.setprofile", "_DisableTorchDispatch",
+                 "_disable_current_modes", "_set_dispatch_mode")
 
 
 def check_source(source: str) -> list[str]:

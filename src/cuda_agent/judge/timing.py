@@ -50,25 +50,28 @@ def stats(samples: Sequence[float]) -> TimingStats:
 
 
 class Rotation:
-    """Two input buffers; before call ``i`` buffer ``i % 2`` gets variant ``i % n`` contents."""
+    """Two input buffers refilled before every call with contents never used before.
 
-    def __init__(self, variant: Callable[[int], list[Any]], n_variants: int = 3,
-                 cache_bytes: int = 1 << 30):
+    ``variant(j)`` makes input set ``j``: sets 0..``checked``-1 are the ones whose outputs
+    the judge re-checks (the last timed calls use them); every other call gets a fresh set
+    ``checked + i``, so neither a cache keyed by pointer nor one keyed by contents hits.
+    """
+
+    def __init__(self, variant: Callable[[int], list[Any]], checked: int = 2):
         self.variant = variant
-        self.n = n_variants
+        self.checked = checked
         first = variant(0)
-        size = sum(x.numel() * x.element_size() for x in first if isinstance(x, torch.Tensor))
-        self.cached = [first, *(variant(k) for k in range(1, n_variants))] \
-            if size * n_variants <= cache_bytes else None
         self.buffers = [[x.clone() if isinstance(x, torch.Tensor) else x for x in first]
                         for _ in range(2)]
+        self.calls = 0
 
-    def prepare(self, i: int) -> tuple[list[Any], int]:
-        k = i % self.n
-        source = self.cached[k] if self.cached is not None else self.variant(k)
-        buffer = self.buffers[i % 2]
+    def prepare(self, index: int | None = None) -> tuple[list[Any], int]:
+        """Fill the next buffer with set ``index`` (default: a fresh one)."""
+        k = self.checked + self.calls if index is None else index
+        buffer = self.buffers[self.calls % 2]
+        self.calls += 1
         with torch.no_grad():
-            for dst, src in zip(buffer, source, strict=True):
+            for dst, src in zip(buffer, self.variant(k), strict=True):
                 if isinstance(dst, torch.Tensor):
                     dst.copy_(src)
         return buffer, k
@@ -77,40 +80,45 @@ class Rotation:
 def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: int = 3,
             min_runs: int = 10, max_runs: int = 500, budget_s: float = 3.0,
             target_rel_ci: float = 0.005, audit: Callable[[list[Any]], None] | None = None
-            ) -> tuple[TimingStats, list[tuple[int, Any]]]:
-    """Time ``fn`` over rotated inputs; return stats and the last outputs with their variant.
+            ) -> tuple[list[float], list[tuple[int, Any]]]:
+    """Time ``fn`` over rotated inputs; return the samples (ms) and the outputs of the two
+    final calls, made on the checked input sets, with their set index.
 
     ``audit``, if given, is called on every fourth set of inputs in an untimed extra call.
     """
     cuda = device.startswith("cuda")
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
     last: list[tuple[int, Any]] = []
+
+    def timed(index: int | None) -> None:
+        inputs, k = rotation.prepare(index)
+        if cuda:
+            flush.zero_()
+            _cuda_sync()
+        start = _clock()
+        out = fn(*inputs)
+        if cuda:
+            _cuda_sync()
+        samples.append((_clock() - start) * 1e3)
+        if index is not None:
+            last.append((k, out))
+
+    samples: list[float] = []
     with torch.no_grad():
-        for i in range(warmup):
-            fn(*rotation.prepare(i)[0])
-        samples: list[float] = []
+        for _ in range(warmup):
+            fn(*rotation.prepare()[0])
         deadline = _clock() + budget_s
-        i = 0
         while len(samples) < max_runs:
-            inputs, k = rotation.prepare(i)
-            if audit is not None and i % 4 == 3:
-                audit(inputs)
-                inputs, k = rotation.prepare(i)
-            if cuda:
-                flush.zero_()
-                _cuda_sync()
-            start = _clock()
-            out = fn(*inputs)
-            if cuda:
-                _cuda_sync()
-            samples.append((_clock() - start) * 1e3)
-            last = [*last[-1:], (k, out)]
-            i += 1
+            if audit is not None and len(samples) % 4 == 3:
+                audit(rotation.prepare()[0])
+            timed(None)
             if len(samples) >= min_runs:
                 result = stats(samples)
                 if result.rel_ci <= target_rel_ci or _clock() > deadline:
                     break
-    return stats(samples), last
+        for index in range(rotation.checked):
+            timed(index)
+    return samples, last
 
 
 def crosscheck(fn: Callable[..., Any], inputs: list[Any], device: str, calls: int,
