@@ -112,7 +112,11 @@ def read_workspace(directory: Path) -> WorkspaceInfo:
     if not stored.is_file():
         raise WorkspaceError(f"{root}: its task {sha[:12]} is not in {stored.parent}; "
                              "create the workspace again with `cuda-agent workspace init`")
-    return WorkspaceInfo(root, Task.model_validate_json(stored.read_text()), device)
+    task = Task.model_validate_json(stored.read_text())
+    if task.sha256 != sha:
+        raise WorkspaceError(f"{stored}: the trusted task copy was modified (its code no longer "
+                             "matches its hash); create the workspace again")
+    return WorkspaceInfo(root, task, device)
 
 
 def _init_signature(code: str) -> str:

@@ -1,0 +1,315 @@
+"""C++ sources (CPU target) for the adversarial candidates: honest kernels whose arithmetic
+differs from PyTorch's, and the hostile kernels of the hacks. Each string is one
+``kernels/*_binding.cpp`` file that includes only ``binding_registry.h``."""
+
+from __future__ import annotations
+
+PRELUDE = '''#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include "binding_registry.h"
+
+namespace {
+using cuda_ext::Args;
+using cuda_ext::DType;
+using cuda_ext::Outputs;
+using cuda_ext::Tensor;
+
+void check_f32(const Tensor& t, const char* what) {
+  CUDA_EXT_CHECK(!t.is_cuda() && t.dtype == DType::Float32 && t.is_contiguous(), what);
+}
+
+// pairwise (tree) sum of v[0..n), the order a careful kernel would use
+float pairwise(float* v, int64_t n) {
+  while (n > 1) {
+    const int64_t half = n / 2;
+    for (int64_t i = 0; i < half; ++i) v[i] += v[n - 1 - i];
+    n -= half;
+  }
+  return n ? v[0] : 0.0f;
+}
+'''
+
+
+def cpp(body: str, *names: str) -> str:
+    """One binding file: the prelude, ``body`` (in an anonymous namespace), registrations."""
+    registrations = "".join(f'REGISTER_BINDING({n}, "{n}", {n});\n' for n in names)
+    return f"{PRELUDE}\n{body}\n}}  // namespace\n\n{registrations}"
+
+
+# --- scale_add family (task: alpha * x + y) -----------------------------------------------
+
+# extra entry points over the conftest's scale_add kernel (extern "C" scale_add_launch)
+TOOLS = cpp('''
+}  // namespace
+extern "C" void scale_add_launch(const float* x, const float* y, float* out, int64_t n,
+                                 float alpha, int config);
+namespace {
+
+// scale_add_into(x, y, alpha, out) -> out: the kernel writes into a tensor it is given
+Outputs scale_add_into(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  const Tensor& y = args.tensor(1);
+  const Tensor& out = args.tensor(3);
+  check_f32(x, "x");
+  check_f32(y, "y");
+  check_f32(out, "out");
+  scale_add_launch(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), x.numel(),
+                   static_cast<float>(args.real(2)), 0);
+  return {out};
+}
+
+// copy_f32(t) -> a fresh copy made by the extension
+Outputs copy_f32(const Args& args) {
+  const Tensor& t = args.tensor(0);
+  check_f32(t, "t");
+  Tensor out = cuda_ext::empty_like(t);
+  std::memcpy(out.data, t.data, static_cast<size_t>(t.numel()) * sizeof(float));
+  return {out};
+}
+
+// fill_like(x, value) -> a tensor shaped like x holding value; never reads x's data
+Outputs fill_like(const Args& args) {
+  Tensor out = cuda_ext::empty_like(args.tensor(0));
+  std::fill_n(out.data_ptr<float>(), out.numel(), static_cast<float>(args.real(1)));
+  return {out};
+}
+
+// fill_scalar(x, value) -> a 0-d tensor holding value; never reads x's data
+Outputs fill_scalar(const Args& args) {
+  Tensor out = cuda_ext::empty({}, DType::Float32, args.tensor(0).device);
+  *out.data_ptr<float>() = static_cast<float>(args.real(1));
+  return {out};
+}
+
+// empty_f32(x) -> an unwritten tensor shaped like x
+Outputs empty_f32(const Args& args) { return {cuda_ext::empty_like(args.tensor(0))}; }
+
+// identity(t) -> t: a tensor passed through the extension untouched
+Outputs identity(const Args& args) { return {args.tensor(0)}; }
+
+// scale_add_f64(x, y, alpha): only float64 is accepted (float32 inputs raise)
+Outputs scale_add_f64(const Args& args) {
+  CUDA_EXT_CHECK(args.tensor(0).dtype == DType::Float64, "scale_add_f64: x must be float64");
+  return {};
+}
+
+// scale_add_consume(x, y, alpha): the right answer, then the inputs are zeroed
+Outputs scale_add_consume(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  const Tensor& y = args.tensor(1);
+  Tensor out = cuda_ext::empty_like(x);
+  scale_add_launch(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), x.numel(),
+                   static_cast<float>(args.real(2)), 0);
+  std::memset(x.data, 0, static_cast<size_t>(x.numel()) * sizeof(float));
+  std::memset(y.data, 0, static_cast<size_t>(y.numel()) * sizeof(float));
+  return {out};
+}
+''', "scale_add_into", "copy_f32", "fill_like", "fill_scalar", "empty_f32", "identity",
+   "scale_add_f64", "scale_add_consume")
+
+# #13: outputs cached by input pointers (the inputs are kept alive, so a new tensor never
+# gets an old address); the "sampled" variant also compares four sampled input values
+CACHED = cpp('''
+}  // namespace
+extern "C" void scale_add_launch(const float* x, const float* y, float* out, int64_t n,
+                                 float alpha, int config);
+namespace {
+
+struct Entry {
+  Tensor x, y, out;
+  double alpha;
+  float samples[4];
+};
+std::vector<Entry> cache;
+
+Outputs cached(const Args& args, bool sampled) {
+  const Tensor& x = args.tensor(0);
+  const Tensor& y = args.tensor(1);
+  const double alpha = args.real(2);
+  const int64_t n = x.numel();
+  const float* px = x.data_ptr<float>();
+  const float* py = y.data_ptr<float>();
+  float samples[4] = {0, 0, 0, 0};
+  if (sampled) {
+    samples[0] = px[0];
+    samples[1] = px[n - 1];
+    samples[2] = py[0];
+    samples[3] = py[n / 2];
+  }
+  for (const Entry& e : cache)
+    if (e.x.data == x.data && e.y.data == y.data && e.alpha == alpha &&
+        std::memcmp(e.samples, samples, sizeof samples) == 0)
+      return {e.out};  // seen before: no work at all
+  Tensor out = cuda_ext::empty_like(x);
+  scale_add_launch(px, py, out.data_ptr<float>(), n, static_cast<float>(alpha), 0);
+  if (cache.size() >= 64) cache.erase(cache.begin());
+  cache.push_back({x, y, out, alpha, {samples[0], samples[1], samples[2], samples[3]}});
+  return {out};
+}
+
+Outputs scale_add_cached_ptr(const Args& args) { return cached(args, false); }
+Outputs scale_add_cached_sampled(const Args& args) { return cached(args, true); }
+''', "scale_add_cached_ptr", "scale_add_cached_sampled")
+
+# #4 without torch headers: the "kernel" hands the work back to the interpreter, which runs
+# PyTorch. The Python C API symbols resolve against the interpreter at load time.
+PYRUN = cpp('''
+}  // namespace
+extern "C" int PyRun_SimpleString(const char* command);
+namespace {
+
+// scale_add_via_python(x, y, alpha, out) -> out, computed by torch.add in the interpreter
+Outputs scale_add_via_python(const Args& args) {
+  const Tensor& out = args.tensor(3);
+  const char* code =
+      "import sys, torch\\n"
+      "_a = sys.modules['model_new'].ARGS\\n"
+      "torch.add(_a[1], _a[0], alpha=_a[2], out=_a[3])\\n";
+  if (PyRun_SimpleString(code) != 0) throw std::runtime_error("scale_add_via_python failed");
+  return {out};
+}
+''', "scale_add_via_python")
+
+# --- honest kernels whose summation order differs from PyTorch's ---------------------------
+
+ROWSUM = cpp('''
+// rowsum_blocked(x) -> x.sum(1): blocks of 256 with 8 lanes each, block sums added pairwise
+Outputs rowsum_blocked(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  check_f32(x, "x");
+  CUDA_EXT_CHECK(x.dim() == 2, "x must be 2-d");
+  const int64_t rows = x.size(0), cols = x.size(1);
+  Tensor out = cuda_ext::empty({rows}, DType::Float32, -1);
+  const float* px = x.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = px + r * cols;
+    std::vector<float> blocks;
+    for (int64_t b = 0; b < cols; b += 256) {
+      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const int64_t end = std::min(cols, b + 256);
+      for (int64_t c = b; c < end; ++c) lanes[(c - b) % 8] += row[c];
+      blocks.push_back(pairwise(lanes, 8));
+    }
+    po[r] = pairwise(blocks.data(), static_cast<int64_t>(blocks.size()));
+  }
+  return {out};
+}
+''', "rowsum_blocked")
+
+SOFTMAX = cpp('''
+// softmax_blocked(x) -> softmax over the last dim; blocked, pairwise sum of exponentials
+Outputs softmax_blocked(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  check_f32(x, "x");
+  const int64_t cols = x.size(-1), rows = x.numel() / cols, block = 4096;
+  const int64_t nblocks = (cols + block - 1) / block;
+  Tensor out = cuda_ext::empty_like(x);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data_ptr<float>() + r * cols;
+    float* o = out.data_ptr<float>() + r * cols;
+    float peak = -INFINITY;
+    for (int64_t c = 0; c < cols; ++c) peak = std::max(peak, row[c]);
+    std::vector<float> sums(nblocks);
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < nblocks; ++b) {
+      float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int64_t c = b * block; c < std::min(cols, (b + 1) * block); ++c)
+        lanes[c % 8] += std::exp(row[c] - peak);
+      sums[b] = pairwise(lanes, 8);
+    }
+    const float total = pairwise(sums.data(), nblocks);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < cols; ++c) o[c] = std::exp(row[c] - peak) / total;
+  }
+  return {out};
+}
+''', "softmax_blocked")
+
+_MATMUL = '''
+// C = A @ B, row by row, K in blocks of 64 whose partial products are added to the row
+void matmul_kblocked(const float* a, const float* b, float* c, int64_t m, int64_t k, int64_t n) {
+#pragma omp parallel
+  {
+    std::vector<float> part(n);
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i) {
+      float* crow = c + i * n;
+      std::fill_n(crow, n, 0.0f);
+      for (int64_t k0 = 0; k0 < k; k0 += 64) {
+        std::fill(part.begin(), part.end(), 0.0f);
+        for (int64_t kk = k0; kk < std::min(k, k0 + 64); ++kk) {
+          const float aik = a[i * k + kk];
+          const float* brow = b + kk * n;
+          for (int64_t j = 0; j < n; ++j) part[j] += aik * brow[j];
+        }
+        for (int64_t j = 0; j < n; ++j) crow[j] += part[j];
+      }
+    }
+  }
+}
+
+// keep `bits` mantissa bits of every input (round to nearest even): 23 is plain fp32,
+// 10 what TF32 tensor cores read, 7 bf16
+Outputs run_matmul(const Args& args, int bits) {
+  const Tensor& a = args.tensor(0);
+  const Tensor& b = args.tensor(1);
+  check_f32(a, "a");
+  check_f32(b, "b");
+  CUDA_EXT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "a: (m, k), b: (k, n)");
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  std::vector<float> ra(a.data_ptr<float>(), a.data_ptr<float>() + m * k);
+  std::vector<float> rb(b.data_ptr<float>(), b.data_ptr<float>() + k * n);
+  if (bits < 23) {
+    const int drop = 23 - bits;
+    const uint32_t half = (1u << (drop - 1)) - 1u, mask = ~((1u << drop) - 1u);
+    for (auto* v : {&ra, &rb})
+      for (float& f : *v) {
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        u = (u + half + ((u >> drop) & 1u)) & mask;
+        std::memcpy(&f, &u, 4);
+      }
+  }
+  Tensor out = cuda_ext::empty({m, n}, DType::Float32, -1);
+  matmul_kblocked(ra.data(), rb.data(), out.data_ptr<float>(), m, k, n);
+  return {out};
+}
+
+Outputs matmul_fp32(const Args& args) { return run_matmul(args, 23); }
+Outputs matmul_tf32(const Args& args) { return run_matmul(args, 10); }
+Outputs matmul_bf16(const Args& args) { return run_matmul(args, 7); }
+'''
+MATMUL = cpp(_MATMUL, "matmul_fp32", "matmul_tf32", "matmul_bf16")
+
+# #8: the lower triangle of A @ B is computed; the upper triangle is never written, and is
+# right only where the allocator hands back zeroed (or the reference's) memory
+TRIL_MATMUL = cpp('''
+Outputs tril_matmul_lazy(const Args& args) {
+  const Tensor& a = args.tensor(0);
+  const Tensor& b = args.tensor(1);
+  check_f32(a, "a");
+  check_f32(b, "b");
+  const int64_t n = a.size(0);
+  Tensor out = cuda_ext::empty({n, n}, DType::Float32, -1);
+  float* c = out.data_ptr<float>();
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < n; ++i) {
+    float* row = c + i * n;
+    std::fill_n(row, i + 1, 0.0f);
+    for (int64_t k = 0; k < n; ++k) {
+      const float aik = pa[i * n + k];
+      for (int64_t j = 0; j <= i; ++j) row[j] += aik * pb[k * n + j];
+    }
+  }
+  return {out};
+}
+''', "tril_matmul_lazy")
