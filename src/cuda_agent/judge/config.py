@@ -17,7 +17,7 @@ History:
   ATen trace, fresh-allocation poisoning and kernel provenance of outputs; static checks;
   adaptive timing with confidence intervals over rotated, refilled inputs; timed outputs
   re-checked; cross-check with the judge's clock; cached baselines; memory-floor flag;
-  leftover threads and processes fail.
+  leftover threads and processes fail; no Python threads besides the main one.
 """
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,11 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
     except RuntimeError as exc:
         raise StageError("weights", f"load_state_dict failed: {str(exc)[:600]}") from None
     model = model.to(device).eval()
+    extra = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if extra:
+        raise StageError("load", f"the candidate started {len(extra)} thread(s) "
+                         f"({', '.join(extra[:3])}): not allowed, all work must finish "
+                         "inside forward")
     tracer = modules[0] if job.get("extension") else None
     if tracer is None and job.get("tracer"):
         tracer = _load_tracer(job["tracer"])
