@@ -241,5 +241,8 @@ def test_baseline_is_not_slowed_from_the_candidates_process(
     candidate = ws(SLOW_BASELINE_FORWARD, SLOW_BASELINE)(tmp_path / "candidate")
     assert run_naive(task, candidate)[0]
     result = judge(task, candidate, TIMED)
+    if result.reward == -1:  # its busy thread alone is refused
+        assert "thread" in said(result), said(result)
+        return
     assert 0.5 <= result.eager_ms / fair.eager_ms <= 2.0, (result.eager_ms, fair.eager_ms)
     assert result.reward <= fair.reward, said(result)
