@@ -70,7 +70,7 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
         with torch.no_grad():
             for i, (seed, scale) in enumerate(job["trials"]):
                 inputs = make_inputs(ns, seed, device, scale)
-                record = {"out": to_cpu(as_outputs(forward(*inputs)), "reference")}
+                record = {"out": to_cpu(as_outputs(forward(*inputs)))}
                 if i == 0:
                     result["io_bytes"] = sum(t.numel() * t.element_size()
                                              for t in [*inputs, *record["out"]]
@@ -79,14 +79,14 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
                     wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
                             else x for x in inputs]
                     try:
-                        record["out64"] = to_cpu(as_outputs(model64(*wide)), "reference")
+                        record["out64"] = to_cpu(as_outputs(model64(*wide)))
                     except Exception as exc:  # some operators have no float64 kernel
                         model64, result["float64"] = None, False
                         result["float64_error"] = f"{type(exc).__name__}: {exc}"[:300]
                 torch.save(record, out / f"trial_{i}.pt")
             for k, seed in enumerate(job["timing_seeds"]):
                 outputs = as_outputs(forward(*make_inputs(ns, seed, device)))
-                torch.save(to_cpu(outputs, "reference"), out / f"timed_{k}.pt")
+                torch.save(to_cpu(outputs), out / f"timed_{k}.pt")
     if job["time"]:
         result["stage"] = "timing"
         samples, _ = timing.measure(forward, _rotation(job, ns), device, **_timing_kwargs(job))
@@ -186,7 +186,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         result["stage"] = "forward"
         for i, (seed, scale) in enumerate(job["trials"]):
             outputs = checked(make_inputs(ns, seed, device, scale), "forward")
-            torch.save(to_cpu(as_outputs(outputs), "candidate"), out / f"outputs_{i}.pt")
+            torch.save(to_cpu(as_outputs(outputs)), out / f"outputs_{i}.pt")
     if job["time"]:
         result["stage"] = "timing"
         rotation = _rotation(job, ns)
@@ -194,7 +194,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
                                        audit=lambda inputs: checked(inputs, "timing"))
         result["samples_ms"] = samples
         for j, (k, outputs) in enumerate(last):
-            torch.save({"variant": k, "out": to_cpu(as_outputs(outputs), "candidate")},
+            torch.save({"variant": k, "out": to_cpu(as_outputs(outputs))},
                        out / f"timed_{j}.pt")
         if job.get("profile"):
             result["profile"] = _profile_table(model, rotation.prepare(0)[0], device)

@@ -73,23 +73,23 @@ class Worker:
             timed_out = False
         except subprocess.TimeoutExpired:
             code, timed_out = None, True
-        leftover = _kill_session(self.proc.pid)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        leftover = self._stop()
         self._reader.join(timeout=1.0)
-        self._stdout.close()
-        self._stderr.close()
         return self._outcome(code, timed_out, timeout_s, leftover)
 
     def cancel(self) -> None:
         """Stop a worker that will not be given a job."""
-        _kill_session(self.proc.pid)
+        self._stop()
+
+    def _stop(self) -> int:
+        """Kill the worker's session and group; return how many other processes were left."""
+        leftover = _kill_session(self.proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._stdout.close()
         self._stderr.close()
+        return leftover
 
     def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int
                  ) -> WorkerOutcome:

@@ -97,7 +97,7 @@ def as_outputs(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def to_cpu(outputs: list[Any], role: str) -> list[torch.Tensor]:
+def to_cpu(outputs: list[Any]) -> list[torch.Tensor]:
     for k, value in enumerate(outputs):
         if type(value) is not torch.Tensor:
             raise StageError("forward", f"output {k} is a {type(value).__name__}, "
