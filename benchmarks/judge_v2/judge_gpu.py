@@ -433,6 +433,7 @@ class InProcessTimer:
         precision = task.precision.value
         set_precision(precision)
         extension = load_extension(extension_path)
+        self.extension = extension
         spec = importlib.util.spec_from_file_location("judge_v2_calibrated_model_new",
                                                       candidate_dir / "model_new.py")
         if spec is None or spec.loader is None:
@@ -471,11 +472,13 @@ class InProcessTimer:
             return float((out - ref).abs().max())
 
     def _measure(self, fn: Any, audit: Any = None) -> dict[str, Any]:
-        from cuda_agent.judge.timing import measure
+        from cuda_agent.judge.timing import load_blocker, measure
         from cuda_agent.judge.timing import stats as summarise
 
-        samples, _ = measure(fn, self.rotation, DEVICE, warmup=10, min_runs=100, max_runs=4000,
-                             budget_s=self.budget_s, target_rel_ci=0.001, audit=audit)
+        # the same time meaning as the judge's workers (device time with the blocker)
+        samples = measure(fn, self.rotation, DEVICE, warmup=10, min_runs=100, max_runs=4000,
+                          budget_s=self.budget_s, target_rel_ci=0.001, audit=audit,
+                          blocker=load_blocker(self.extension)).samples
         stats = summarise(samples)
         return {"ms": stats.median_ms, "ci_low_ms": stats.ci_low_ms,
                 "ci_high_ms": stats.ci_high_ms, "runs": stats.runs}

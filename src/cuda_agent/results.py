@@ -124,3 +124,5 @@ class JudgeResult:
     eager_timing: TimingStats | None = None
     compile_timing: TimingStats | None = None
     time_meaning: str = ""
+    phases: tuple[tuple[str, float], ...] = ()
+    """Where the judgement's wall time went, in seconds (judge steps and worker stages)."""

@@ -1,6 +1,7 @@
 """Real compiles with g++ (and nvcc where present): cache hits, incremental rebuilds, errors."""
 
 import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -8,6 +9,7 @@ import pytest
 import torch
 
 from cuda_agent.build import BuildConfig, Builder, load_extension
+from cuda_agent.build.builder import BINDING_LABEL, TIMER_LABEL, TIMER_SOURCE
 from tests.conftest import write_solution
 
 
@@ -29,6 +31,7 @@ def test_build_load_and_cache(tmp_path: Path, builder: Builder):
     x, y = torch.randn(1000), torch.randn(1000)
     torch.testing.assert_close(module.scale_add(x, y, 2.0), 2.0 * x + y)
     assert module._bindings() == ["scale_add"]
+    assert not hasattr(module, "_block_device")  # the device timer is for CUDA builds only
     with pytest.raises(ValueError, match="y must match x"):
         module.scale_add(x, torch.randn(3), 2.0)
     with pytest.raises(ValueError, match="argument 2 has unsupported type"):
@@ -148,6 +151,43 @@ def test_fixed_binding_layer_compiles_for_cuda(tmp_path: Path):
     shim.write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
     builder = Builder(BuildConfig(device="cuda", arch="90a", extra_cflags=(f"-I{tmp_path}",)))
     chain = toolchain.detect("cuda", builder.cache, arch="90a")
-    ok, log, obj = builder._binding_object(chain)
+    binding = next(src for label, src, _ in builder._fixed_sources(chain)
+                   if label == BINDING_LABEL)
+    ok, log, obj = builder._fixed_object(chain, binding, True)
     assert ok, log
     assert obj.exists()
+    assert _symbols(obj, "U") >= TIMER_SYMBOLS  # the CUDA binding calls the device timer
+
+
+TIMER_SYMBOLS = {"cuda_agent_judge_block_device", "cuda_agent_judge_blocker_info",
+                 "cuda_agent_judge_error"}
+
+
+def _symbols(obj: Path, kind: str) -> set[str]:
+    """Names of ``obj``'s symbols of nm type ``kind`` ('T' defined, 'U' undefined)."""
+    out = subprocess.run(["nm", str(obj)], capture_output=True, text=True, check=True).stdout
+    return {parts[-1] for parts in map(str.split, out.splitlines())
+            if len(parts) >= 2 and parts[-2] == kind}
+
+
+def test_cpu_fixed_layer_has_no_device_timer(builder: Builder):
+    labels = [label for label, _, _ in builder._fixed_sources(builder.chain)]
+    assert labels == [BINDING_LABEL]
+    assert builder.chain.nvcc is None
+
+
+@pytest.mark.nvcc
+def test_device_timer_compiles_once_for_cuda():
+    """The trusted timer source is the package's, compiled with nvcc as part of the fixed
+    layer, and defines what the CUDA binding layer calls."""
+    from cuda_agent.build import toolchain
+
+    builder = Builder(BuildConfig(device="cuda", arch="90a"))
+    chain = toolchain.detect("cuda", builder.cache, arch="90a")
+    builder._chain = chain
+    assert (TIMER_LABEL, TIMER_SOURCE, False) in builder._fixed_sources(chain)
+    assert "src/cuda_agent/build" in TIMER_SOURCE.as_posix()
+    ok, log, obj = builder._fixed_object(chain, TIMER_SOURCE, False)
+    assert ok, log
+    assert builder._fixed_object(chain, TIMER_SOURCE, False) == (True, None, obj)  # cached
+    assert _symbols(obj, "T") >= TIMER_SYMBOLS

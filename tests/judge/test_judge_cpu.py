@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.judge import Candidate, Judge, JudgeConfig
+from cuda_agent.judge.config import JUDGE_VERSION
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
 from tests.conftest import SCALE_ADD_MODEL_NEW, write_solution
@@ -37,7 +38,7 @@ def test_honest_workspace_is_correct_and_timed(scale_add_task: Path, workspace: 
     assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.runtime_ms)
     assert result.correctness.trials == 7  # 5 seeded trials + 2 at other input scales
     assert result.correctness.max_abs_error < 1e-4
-    assert result.judge_version == "judge-v2" and result.seed is not None
+    assert result.judge_version == JUDGE_VERSION and result.seed is not None
     assert result.timing.ci_low_ms <= result.runtime_ms <= result.timing.ci_high_ms
     assert "device-wide synchronisations" in result.time_meaning
     assert result.eager_timing is not None and result.eager_timing.runs >= 5
@@ -236,3 +237,21 @@ def test_candidate_process_never_sees_the_reference_model(scale_add_task: Path, 
     '''))
     result = judge(scale_add_task, workspace)
     assert result.correct, result.reasons
+
+
+def test_warm_judge_reuses_prestarted_workers_and_stops_them(scale_add_task: Path,
+                                                             workspace: Path):
+    config = CHECK_ONLY.model_copy(update={"keep_warm": True})
+    task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
+    with Judge(config) as warm:
+        first = warm.judge(task, candidate)
+        spares = [w.proc for w in warm._spares]
+        assert len(spares) == 2 and all(p.poll() is None for p in spares)
+        second = warm.judge(task, candidate)
+        assert all(p.poll() is not None for p in spares)  # used up, then ended
+        fresh = [w.proc for w in warm._spares]
+    assert first.correct and second.correct, (first.reasons, second.reasons)
+    assert all(p.poll() is not None for p in fresh)  # close() stopped the new spares
+    phases = dict(second.phases)
+    for name in ("build", "reference", "candidate", "compare", "candidate.forward"):
+        assert phases[name] >= 0.0, name

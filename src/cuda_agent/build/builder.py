@@ -1,9 +1,11 @@
 """Build ``kernels/`` into the ``cuda_extension`` module, one cached object per source.
 
 Each kernel source compiles to its own object file, stored under a key that hashes the
-source, the headers it may include, the flags and the toolchain; the fixed binding layer
-(``binding.cpp``, the only file that includes torch headers) compiles once per toolchain;
-then everything is linked. Editing one kernel recompiles that file and relinks.
+source, the headers it may include, the flags and the toolchain; the fixed layer compiles
+once per toolchain: the binding layer (``binding.cpp``, the only file that includes torch
+headers) and, for CUDA, the judge's device timer (``judge_timer.cu``, kept in this package,
+never in a workspace); then everything is linked. Editing one kernel recompiles that file
+and relinks.
 
     from cuda_agent.build import Builder, BuildConfig
     result = Builder(BuildConfig(device="cpu")).build(workspace_dir)
@@ -34,6 +36,10 @@ HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
 _UNDEFINED = re.compile(r"undefined reference to `([^'`]+)'")
 MODULE_NAME = "cuda_extension"
 BINDING_LABEL = "binding.cpp (fixed layer, once per toolchain)"
+TIMER_LABEL = "judge_timer.cu (fixed layer, once per toolchain)"
+TIMER_SOURCE = Path(__file__).resolve().parent / "judge_timer.cu"
+FIXED_LAYER_VERSION = "2"
+"""Enters the fixed layer's cache keys; bump when how it is built changes (2: device timer)."""
 
 
 class BuildConfig(BaseModel):
@@ -85,20 +91,23 @@ class Builder:
         header_hash = self._headers_hash(root)
         jobs = self.config.jobs or os.cpu_count() or 1
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            binding = pool.submit(self._binding_object, chain)
+            fixed_jobs = [(label, pool.submit(self._fixed_object, chain, source, heavy))
+                          for label, source, heavy in self._fixed_sources(chain)]
             units = list(pool.map(lambda s: self._object(root, s, chain, header_hash), sources))
-            binding_ok, binding_log, binding_obj = binding.result()
+            fixed = [(label, *job.result()) for label, job in fixed_jobs]
         logs = [u[3] for u in units if u[3]]
-        if not binding_ok:
-            logs.insert(0, "fixed binding layer failed to compile:\n" + binding_log)
-        compiled = tuple(u[0] for u in units if u[1] == "compiled")
-        if binding_ok and binding_log is not None:
-            compiled = (BINDING_LABEL, *compiled)
+        for label, ok, log, _ in fixed:
+            if not ok:
+                logs.insert(0, f"fixed layer ({label.split()[0]}) failed to compile:\n{log}")
+        fresh = tuple(label for label, ok, log, _ in fixed if ok and log is not None)
+        compiled = (*fresh, *(u[0] for u in units if u[1] == "compiled"))
         cached = tuple(u[0] for u in units if u[1] == "cached")
         failed = [u for u in units if u[1] == "failed"]
+        fixed_ok = all(f[1] for f in fixed)
         ext = None
-        if binding_ok and not failed:
-            ok, link_log, ext = self._link(chain, [binding_obj, *(u[2] for u in units)])
+        if fixed_ok and not failed:
+            ok, link_log, ext = self._link(chain, [*(f[3] for f in fixed),
+                                                   *(u[2] for u in units)])
             if not ok:
                 logs.append(link_log)
         log = "\n".join(logs)
@@ -115,12 +124,17 @@ class Builder:
 
     def build_tracer(self) -> str:
         """The fixed layer linked alone: a module with the judge's process-wide operator
-        trace (``_trace_begin``/``_trace_end``) for candidates that bring no workspace."""
+        trace (``_trace_begin``/``_trace_end``) for candidates that bring no workspace and,
+        for CUDA, the device timer (``_block_device``/``_blocker_info``) for any process."""
         chain = self.chain
-        ok, log, obj = self._binding_object(chain)
-        if not ok:
-            raise ToolchainError(f"fixed binding layer failed to compile:\n{log}")
-        ok, log, ext = self._link(chain, [obj])
+        objects = []
+        for label, source, heavy in self._fixed_sources(chain):
+            ok, log, obj = self._fixed_object(chain, source, heavy)
+            if not ok:
+                raise ToolchainError(f"fixed layer ({label.split()[0]}) failed to compile:\n"
+                                     f"{log}")
+            objects.append(obj)
+        ok, log, ext = self._link(chain, objects)
         if not ok or ext is None:
             raise ToolchainError(f"tracer module failed to link:\n{log}")
         return str(ext)
@@ -202,11 +216,19 @@ class Builder:
         ok, log = self._compile(cmd, root, obj)
         return str(source), "compiled" if ok else "failed", obj, log
 
-    def _binding_object(self, chain: Toolchain) -> tuple[bool, str | None, Path]:
-        """Compile the fixed layer once per toolchain; the log is None on a cache hit."""
-        source = TEMPLATES / "common" / "binding.cpp"
-        cmd = self._command(chain, str(source), "OUT", heavy=True)
-        key = _hash(chain.fingerprint, " ".join(cmd), source.read_bytes(),
+    @staticmethod
+    def _fixed_sources(chain: Toolchain) -> list[tuple[str, Path, bool]]:
+        """(label, trusted package source, needs torch headers) of the fixed layer."""
+        sources = [(BINDING_LABEL, TEMPLATES / "common" / "binding.cpp", True)]
+        if chain.device == "cuda":
+            sources.append((TIMER_LABEL, TIMER_SOURCE, False))
+        return sources
+
+    def _fixed_object(self, chain: Toolchain, source: Path, heavy: bool
+                      ) -> tuple[bool, str | None, Path]:
+        """Compile one fixed-layer source once per toolchain; the log is None on a cache hit."""
+        cmd = self._command(chain, str(source), "OUT", heavy=heavy)
+        key = _hash(FIXED_LAYER_VERSION, chain.fingerprint, " ".join(cmd), source.read_bytes(),
                     (TEMPLATES / "common" / "binding_registry.h").read_bytes())
         obj = self._object_path(key)
         if obj.exists():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from cuda_agent.cli import judge_cmd, tasks_cmd, workspace_cmd
+from cuda_agent.cli import judge_cmd, synth_cmd, tasks_cmd, workspace_cmd
 
 app = typer.Typer(
     name="cuda-agent",
@@ -15,6 +15,7 @@ app = typer.Typer(
 )
 app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(workspace_cmd.app, name="workspace")
+app.add_typer(synth_cmd.app, name="synth")
 app.command("judge")(judge_cmd.judge)
 app.command("demo")(judge_cmd.demo)
 

@@ -22,6 +22,8 @@ class Baselines:
     eager: TimingStats | None
     compile: TimingStats | None
     bandwidth_gbs: float | None
+    meaning: str = "wall"
+    """What the times mean (a key of ``timing.TIME_MEANINGS``)."""
 
 
 def device_name(device: str) -> str:
@@ -54,7 +56,8 @@ def load(key: str) -> Baselines | None:
     except (OSError, ValueError):
         return None
     stats = {k: TimingStats(**data[k]) if data.get(k) else None for k in ("eager", "compile")}
-    return Baselines(stats["eager"], stats["compile"], data.get("bandwidth_gbs"))
+    return Baselines(stats["eager"], stats["compile"], data.get("bandwidth_gbs"),
+                     data.get("meaning", "wall"))
 
 
 def store(key: str, baselines: Baselines) -> None:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v2"
+JUDGE_VERSION = "judge-v3"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -18,6 +18,9 @@ History:
   adaptive timing with confidence intervals over rotated, refilled inputs; timed outputs
   re-checked; cross-check with the judge's clock; cached baselines; memory-floor flag;
   leftover threads and processes fail; no Python threads besides the main one.
+- judge-v3: on CUDA a time is device time with the whole GPU held before and after the call
+  (host launch overhead excluded, work on any stream counted); outputs travel as one packed
+  buffer (CUDA IPC or a file), never pickled.
 """
 
 
@@ -37,12 +40,15 @@ class JudgeConfig(BaseModel):
     time: bool = Field(True, description="Time the candidate and the eager baseline.")
     time_compile: bool = Field(True, description="Also time the torch.compile baseline.")
     warmup: int = Field(3, ge=0, description="Untimed calls before timing.")
-    min_runs: int = Field(10, ge=1, description="Timed calls at least.")
+    min_runs: int = Field(50, ge=1, description="Timed calls at least.")
     max_runs: int = Field(500, ge=1, description="Timed calls at most.")
     time_budget_s: float = Field(2.0, gt=0, description="Stop timing after this much wall time.")
     target_rel_ci: float = Field(
         0.005, gt=0, description="Stop once the median's 95% CI half-width is this fraction.")
     cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
+    keep_warm: bool = Field(
+        False, description="Start the next judgement's worker processes when one ends, so "
+        "repeated judgements skip interpreter start-up (call Judge.close() when done).")
     memory_limit_gb: float = Field(32.0, description="Address-space limit of CPU workers.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")

@@ -1,4 +1,4 @@
-"""Run-time enforcement inside the candidate's process (judge-v2).
+"""Run-time enforcement inside the candidate's process (judge-v3).
 
 ``ForwardGuard`` wraps each call of ``ModelNew.forward``:
 

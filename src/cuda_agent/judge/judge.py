@@ -1,20 +1,21 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v2).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v3).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
 The reference, the torch.compile baseline and the candidate each run in a fresh process
-(started at once, so their start-up overlaps the build). The candidate's job has no
-reference ``Model``; reference outputs are read into this process and deleted from disk
-before the candidate starts; all comparison happens here. See docs/judge.md.
+(started at once, so their start-up overlaps the build; with baselines cached the reference
+runs during the build). The candidate's job has no reference ``Model``. Each worker packs its
+outputs into one buffer (device memory shared by CUDA IPC, or a file on CPU) that this
+process copies before the worker exits; all comparison happens here. See docs/judge.md.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
-import shutil
 import tempfile
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.static_check import check_source
 from cuda_agent.judge.timing import stats
+from cuda_agent.judge.transport import TransportError, open_pack, unpack
 from cuda_agent.judge.verify import check_outputs, check_timing
 from cuda_agent.judge.worker import without_model
 from cuda_agent.results import JudgeResult
@@ -47,18 +49,43 @@ def resolve_device(device: str) -> str:
 
 
 class Judge:
-    """Stateless apart from its config; one instance may judge many candidates."""
+    """Stateless apart from its config and its spare workers; judges many candidates.
+
+    With ``keep_warm`` the judge starts the next judgement's worker processes when one
+    ends (they import torch while the agent thinks); ``close()`` stops them.
+    """
 
     def __init__(self, config: JudgeConfig | None = None):
         self.config = config or JudgeConfig()
         self.device = resolve_device(self.config.device)
         self.builder = Builder(self.config.build.model_copy(update={"device": self.device}))
+        self._spares: list[Worker] = []
+        self._finalizer = weakref.finalize(self, _close_all, self._spares)
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the spare workers."""
+        _close_all(self._spares)
+
+    def warm(self, timeout_s: float = 60.0) -> bool:
+        """Start spare workers if there are none; wait until they wait for a job."""
+        if not self._spares:
+            self._spares.extend(self._worker() for _ in range(2))
+        deadline = time.monotonic() + timeout_s
+        return all(w.wait_idle(max(0.0, deadline - time.monotonic())) for w in self._spares)
 
     def judge(self, task: Task, candidate: Candidate, profile: bool = False) -> JudgeResult:
         start = time.perf_counter()
         seed = self.config.seed if self.config.seed is not None else secrets.randbelow(2**30)
         with tempfile.TemporaryDirectory(prefix="cuda-agent-judge-") as tmp:
             result = self._judge(task, candidate, Path(tmp), seed, profile)
+        if self.config.keep_warm and not self._spares:
+            self._spares.extend(self._worker() for _ in range(2))
         return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
     def _judge(self, task: Task, candidate: Candidate, tmp: Path, seed: int, profile: bool
@@ -73,69 +100,113 @@ class Judge:
         if problems:
             return verdict.fail(*(f"static check: {p}" for p in problems))
         plan = _Plan(cfg, task, self.device, seed, tmp)
-        ref_worker, cand_worker = self._worker(tmp / "reference"), self._worker(tmp / "cand")
+        workers = [self._spares.pop() if self._spares else self._worker() for _ in range(2)]
         try:
-            if candidate.kind == "workspace":
+            return self._run(verdict, plan, snapshot, candidate.kind, workers, profile)
+        finally:
+            for worker in workers:
+                worker.close()
+
+    def _run(self, verdict: Verdict, plan: _Plan, snapshot: Path, kind: str,
+             workers: list[Worker], profile: bool) -> JudgeResult:
+        cfg, task = self.config, plan.task
+        ref_worker, cand_worker = workers
+        cached = plan.cached_baselines() if cfg.time else None
+        measure = cfg.time and cached is None
+        # with nothing to time, the reference runs on the device while the kernels build
+        early = not measure
+        if early:
+            ref_worker.start(plan.job("reference", time=False), hold=True)
+        if kind == "workspace":
+            with verdict.phase("build"):
                 verdict.build = self.builder.build(snapshot)
-                if not verdict.build.ok:
-                    first = "; ".join(str(d) for d in verdict.build.errors[:3]) or "see log"
-                    return verdict.fail(f"build failed: {first}")
-            cached = plan.cached_baselines() if cfg.time else None
-            ref = ref_worker.run(plan.job("reference", time=cfg.time and cached is None,
-                                          bandwidth=cfg.time and cached is None),
-                                 cfg.process_timeout_s)
-            ref_worker = None
-            if not ref.ok:
-                raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
-                                 f"{ref.stderr_tail[-800:]}")
+            if not verdict.build.ok:
+                first = "; ".join(str(d) for d in verdict.build.errors[:3]) or "see log"
+                return verdict.fail(f"build failed: {first}")
+        with verdict.phase("reference"):
+            if not early:
+                ref_worker.start(plan.job("reference", time=measure, bandwidth=measure,
+                                          tracer=self._timer()), hold=True)
+            ref = ref_worker.wait(cfg.process_timeout_s)
+        verdict.worker_stages("reference", ref.result)
+        if not ref.ok:
+            raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
+                             f"{ref.stderr_tail[-800:]}")
+        with verdict.phase("collect_reference"):
+            reference = plan.collect_reference(ref, ref_worker)
+        ref_worker.close()
+        with verdict.phase("baselines"):
             base = cached or self._measure_baselines(plan, ref)
-            reference = plan.collect_reference()
-            reference["io_bytes"] = ref.result.get("io_bytes")
-            extension = verdict.build.extension_path if verdict.build else None
-            tracer = None if extension else self.builder.build_tracer()
+        extension = verdict.build.extension_path if verdict.build else None
+        tracer = None if extension else self.builder.build_tracer()
+        with verdict.phase("candidate"):
             cand = cand_worker.run(plan.job("candidate", candidate_dir=str(snapshot),
                                             extension=extension, tracer=tracer,
-                                            profile=profile), cfg.process_timeout_s)
-            cand_worker = None
-        finally:
-            for worker in (ref_worker, cand_worker):
-                if worker is not None:
-                    worker.cancel()
+                                            profile=profile), cfg.process_timeout_s, hold=True)
+        verdict.worker_stages("candidate", cand.result)
         verdict.compiled = cand.ok or cand.result.get("stage") not in (None, "start", "load")
-        if cand.leftover:
-            verdict.reasons.append(f"candidate left {cand.leftover} process(es) running "
-                                   "(killed)")
         if not cand.ok:
+            leftover = cand_worker.close()
+            if leftover:
+                verdict.reasons.append(f"candidate left {leftover} process(es) running "
+                                       "(killed)")
             return verdict.fail(f"candidate failed: {cand.failure}")
         verdict.profile = cand.result.get("profile", "")
+        with verdict.phase("collect_candidate"):
+            try:
+                outputs, timed = plan.collect_candidate(cand, cand_worker)
+            except TransportError as exc:
+                outputs = None
+                verdict.reasons.append(f"candidate outputs unreadable: {exc}")
+        leftover = cand_worker.close()
+        if leftover:
+            verdict.reasons.append(f"candidate left {leftover} process(es) running (killed)")
+        if outputs is None:
+            return verdict.fail()
         if cfg.check:
-            outputs = plan.collect_candidate()
-            if not check_outputs(verdict, reference, outputs, task.precision.value, cfg):
+            with verdict.phase("compare"):
+                passed = check_outputs(verdict, reference, outputs, task.precision.value, cfg)
+            if not passed:
                 return verdict.finish(cfg.faster_margin)
-        verdict.correct = cfg.check and not cand.leftover
+        verdict.correct = cfg.check and not leftover
         if cfg.time and verdict.correct:
-            check_timing(verdict, cand, base, reference, plan.collect_timed(), cfg)
+            with verdict.phase("compare_timed"):
+                check_timing(verdict, cand, base, reference, timed, cfg)
         return verdict.finish(cfg.faster_margin)
 
-    def _worker(self, out: Path) -> Worker:
+    def _timer(self) -> str | None:
+        """The fixed layer linked alone: on CUDA it carries the timing blocker."""
+        return self.builder.build_tracer() if self.device.startswith("cuda") else None
+
+    def _worker(self) -> Worker:
         limit = int(self.config.memory_limit_gb * 2**30) if self.device == "cpu" else None
-        return Worker(out, limit)
+        return Worker(limit)
 
     def _measure_baselines(self, plan: _Plan, ref: WorkerOutcome) -> baseline_cache.Baselines:
         cfg = self.config
         eager = stats(ref.result["samples_ms"]) if ref.result.get("samples_ms") else None
         compile_stats = None
         if cfg.time and cfg.time_compile:
-            comp = self._worker(plan.tmp / "compile").run(plan.job("compile", time=True),
-                                                          cfg.process_timeout_s)
+            worker = self._worker()
+            try:
+                comp = worker.run(plan.job("compile", time=True, tracer=self._timer()),
+                                  cfg.process_timeout_s)
+            finally:
+                worker.close()
             if comp.ok:
                 compile_stats = stats(comp.result["samples_ms"])
             else:
                 raise JudgeError(f"torch.compile baseline failed: {comp.failure}")
-        base = baseline_cache.Baselines(eager, compile_stats, ref.result.get("bandwidth_gbs"))
+        base = baseline_cache.Baselines(eager, compile_stats, ref.result.get("bandwidth_gbs"),
+                                        ref.result.get("time_meaning", "wall"))
         if cfg.time and cfg.cache_baselines and eager is not None:
             baseline_cache.store(plan.baseline_key, base)
         return base
+
+
+def _close_all(workers: list[Worker]) -> None:
+    while workers:
+        workers.pop().close()
 
 
 class _Plan:
@@ -173,29 +244,38 @@ class _Plan:
                 "precision": self.task.precision.value, "float64": self.cfg.float64_check,
                 "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
 
-    def _load(self, path: Path) -> Any:
+    def _tensors(self, outcome: WorkerOutcome, worker: Worker) -> tuple[dict, Any]:
+        record = outcome.result.get("outputs")
+        if not isinstance(record, dict):
+            raise TransportError("the worker reported no outputs")
         # compare on the device: large outputs compare far faster there than on the CPU
+        return record, open_pack(record.get("pack"), worker.out_dir, self.device)
+
+    def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
+        if not self.cfg.check:
+            return {"out": [], "out64": None, "timed": []}
         try:
-            return torch.load(path, weights_only=True, map_location=self.device)
-        except Exception as exc:
-            raise JudgeError(f"unreadable outputs {path.name}: {exc}") from None
-        finally:
-            path.unlink(missing_ok=True)
+            record, buffer = self._tensors(outcome, worker)
+            wide = record.get("out64")
+            return {"out": [unpack(buffer, d) for d in record["trials"]],
+                    "out64": [unpack(buffer, d) for d in wide] if wide else None,
+                    "timed": [unpack(buffer, d) for d in record["timed"]]}
+        except (TransportError, KeyError) as exc:
+            raise JudgeError(f"reference outputs unreadable: {exc}") from None
 
-    def collect_reference(self) -> dict[str, Any]:
-        folder = self.tmp / "reference"
-        n = len(self.trials) if self.cfg.check else 0
-        records = [self._load(folder / f"trial_{i}.pt") for i in range(n)]
-        timed = [self._load(folder / f"timed_{k}.pt") for k in range(len(self.timing_seeds))
-                 if self.cfg.check]
-        shutil.rmtree(folder, ignore_errors=True)
-        return {"out": [r["out"] for r in records],
-                "out64": [r["out64"] for r in records] if all("out64" in r for r in records)
-                and records else None, "timed": timed}
-
-    def collect_candidate(self) -> list[list[Any]]:
-        return [self._load(self.tmp / "cand" / f"outputs_{i}.pt")
-                for i in range(len(self.trials))]
-
-    def collect_timed(self) -> list[dict[str, Any]]:
-        return [self._load(p) for p in sorted((self.tmp / "cand").glob("timed_*.pt"))]
+    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker
+                          ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+        """The trial outputs and the timed outputs (with their input-set index)."""
+        record, buffer = self._tensors(outcome, worker)
+        trials, timed = record.get("trials"), record.get("timed")
+        if not isinstance(trials, list) or not isinstance(timed, list):
+            raise TransportError("output record lacks trials or timed outputs")
+        if self.cfg.check and len(trials) != len(self.trials):
+            raise TransportError(f"{len(trials)} trials reported, {len(self.trials)} run")
+        timed_out = []
+        for entry in timed:
+            variant = entry.get("variant") if isinstance(entry, dict) else None
+            if type(variant) is not int or not 0 <= variant < len(self.timing_seeds):
+                raise TransportError("a timed output names no checked input set")
+            timed_out.append({"variant": variant, "out": unpack(buffer, entry.get("out"))})
+        return [unpack(buffer, d) for d in trials], timed_out

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
 from cuda_agent.judge.config import JUDGE_VERSION
 from cuda_agent.judge.reward import milestone_reward
 from cuda_agent.results import BuildResult, CorrectnessResult, JudgeResult, TimingStats
@@ -26,6 +31,22 @@ class Verdict:
         self.compile_timing: TimingStats | None = None
         self.time_meaning = ""
         self.profile = ""
+        self.phases: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` block to phase ``name``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + time.perf_counter() - start
+
+    def worker_stages(self, role: str, result: dict[str, Any]) -> None:
+        """Record how long a worker spent in each of its stages (from its own timestamps)."""
+        marks = sorted(result.get("stage_at", {}).items(), key=lambda item: item[1])
+        for (name, at), (_, after) in zip(marks, marks[1:], strict=False):
+            self.phases[f"{role}.{name}"] = after - at
 
     def fail(self, *reasons: str) -> JudgeResult:
         self.reasons.extend(reasons)
@@ -47,7 +68,8 @@ class Verdict:
             build=self.build, correctness=self.correctness, judge_version=JUDGE_VERSION,
             profile=self.profile, flags=tuple(self.flags), seed=self.seed, timing=self.timing,
             eager_timing=self.eager_timing, compile_timing=self.compile_timing,
-            time_meaning=self.time_meaning)
+            time_meaning=self.time_meaning,
+            phases=tuple((k, round(v, 4)) for k, v in self.phases.items()))
 
 
 def _ratio(base: float | None, value: float | None) -> float | None:

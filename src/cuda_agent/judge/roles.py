@@ -12,13 +12,13 @@ from typing import Any
 import torch
 
 from cuda_agent.judge import timing
+from cuda_agent.judge.transport import Packer, TransportError
 from cuda_agent.judge.worker import (
     StageError,
     as_outputs,
     autocast,
     make_inputs,
     seed_all,
-    to_cpu,
 )
 
 
@@ -65,34 +65,45 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
 
     if job["check"] and job["role"] == "reference":
         result["stage"] = "forward"
-        model64 = _double(model) if job.get("float64", True) else None
-        result["float64"] = model64 is not None
-        with torch.no_grad():
-            for i, (seed, scale) in enumerate(job["trials"]):
-                inputs = make_inputs(ns, seed, device, scale)
-                record = {"out": to_cpu(as_outputs(forward(*inputs)))}
-                if i == 0:
-                    result["io_bytes"] = sum(t.numel() * t.element_size()
-                                             for t in [*inputs, *record["out"]]
-                                             if isinstance(t, torch.Tensor))
-                if model64 is not None:
-                    wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point()
-                            else x for x in inputs]
-                    try:
-                        record["out64"] = to_cpu(as_outputs(model64(*wide)))
-                    except Exception as exc:  # some operators have no float64 kernel
-                        model64, result["float64"] = None, False
-                        result["float64_error"] = f"{type(exc).__name__}: {exc}"[:300]
-                torch.save(record, out / f"trial_{i}.pt")
-            for k, seed in enumerate(job["timing_seeds"]):
-                outputs = as_outputs(forward(*make_inputs(ns, seed, device)))
-                torch.save(to_cpu(outputs), out / f"timed_{k}.pt")
+        _reference_outputs(job, ns, forward, model, Packer(out, device), result, device)
     if job["time"]:
         result["stage"] = "timing"
-        samples, _ = timing.measure(forward, _rotation(job, ns), device, **_timing_kwargs(job))
-        result["samples_ms"] = samples
+        blocker = _blocker(_load_tracer(job["tracer"]), device) if job.get("tracer") else None
+        measured = timing.measure(forward, _rotation(job, ns), device, **_timing_kwargs(job),
+                                  blocker=blocker)
+        result["samples_ms"], result["time_meaning"] = measured.samples, measured.meaning
+        result["timing_details"] = measured.details
     if job.get("bandwidth"):
         result["bandwidth_gbs"] = _bandwidth(device)
+
+
+def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
+                       model: torch.nn.Module, packer: Packer, result: dict, device: str
+                       ) -> None:
+    """Trial outputs, their float64 twins and the timed sets' outputs, packed for the judge."""
+    model64 = _double(model) if job.get("float64", True) else None
+    result["float64"] = model64 is not None
+    trials, wide = [], []
+    with torch.no_grad():
+        for i, (seed, scale) in enumerate(job["trials"]):
+            inputs = make_inputs(ns, seed, device, scale)
+            outputs = as_outputs(forward(*inputs))
+            if i == 0:
+                result["io_bytes"] = sum(t.numel() * t.element_size() for t in
+                                         [*inputs, *outputs] if isinstance(t, torch.Tensor))
+            trials.append(packer.add(outputs))
+            if model64 is not None:
+                wide_inputs = [x.double() if isinstance(x, torch.Tensor) and
+                               x.is_floating_point() else x for x in inputs]
+                try:
+                    wide.append(packer.add(as_outputs(model64(*wide_inputs))))
+                except Exception as exc:  # some operators have no float64 kernel
+                    model64, result["float64"] = None, False
+                    result["float64_error"] = f"{type(exc).__name__}: {exc}"[:300]
+        timed = [packer.add(as_outputs(forward(*make_inputs(ns, seed, device))))
+                 for seed in job["timing_seeds"]]
+    result["outputs"] = {"pack": packer.finish(), "trials": trials,
+                         "out64": wide if model64 is not None else None, "timed": timed}
 
 
 def _bandwidth(device: str) -> float:
@@ -105,19 +116,23 @@ def _bandwidth(device: str) -> float:
         dst.copy_(src)
 
     rotation = timing.Rotation(lambda k: [], 0)
-    samples, _ = timing.measure(copy_once, rotation, device, warmup=2, min_runs=10,
-                                max_runs=30, budget_s=1.0)
+    samples = timing.measure(copy_once, rotation, device, warmup=2, min_runs=10,
+                             max_runs=30, budget_s=1.0).samples
     return 2 * n * 4 / (min(samples) * 1e-3) / 1e9
 
 
-def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any]]:
-    """Import the candidate; return ModelNew and the extension modules it uses."""
+def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any], Any, Any]:
+    """Import the candidate; return ModelNew, the extension modules it uses, the trusted
+    fixed-layer module (the extension itself, or the tracer) and its timing blocker, both
+    loaded before the candidate's code runs."""
     modules: list[Any] = []
     if job.get("extension"):
         from cuda_agent.build.builder import load_extension
 
         modules.append(load_extension(job["extension"]))
+        fixed = modules[0]
     else:
+        fixed = _load_tracer(job["tracer"]) if job.get("tracer") else None
         import torch.utils.cpp_extension as cpp
 
         def capture(fn):
@@ -128,6 +143,7 @@ def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any]]:
             return wrapper
 
         cpp.load_inline, cpp.load = capture(cpp.load_inline), capture(cpp.load)
+    blocker = _blocker(fixed, job["device"])
     path = Path(job["candidate_dir"]) / "model_new.py"
     spec = importlib.util.spec_from_file_location("model_new", path)
     module = importlib.util.module_from_spec(spec)
@@ -136,7 +152,12 @@ def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any]]:
     model_new = getattr(module, "ModelNew", None)
     if not isinstance(model_new, type):
         raise StageError("load", "model_new.py defines no class `ModelNew`")
-    return model_new, modules
+    return model_new, modules, fixed, blocker
+
+
+def _blocker(fixed: Any, device: str) -> timing.Blocker | None:
+    return timing.load_blocker(fixed) if fixed is not None and device.startswith("cuda") \
+        else None
 
 
 def _load_tracer(path: str) -> Any:
@@ -152,7 +173,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
     from cuda_agent.judge.guard import ForwardGuard
 
     device = job["device"]
-    model_cls, modules = _load_candidate(job)
+    model_cls, modules, tracer, blocker = _load_candidate(job)
     result["stage"] = "init"
     seed_all(job["init_seed"])
     model = model_cls(*ns["get_init_inputs"]())
@@ -167,9 +188,6 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         raise StageError("load", f"the candidate started {len(extra)} thread(s) "
                          f"({', '.join(extra[:3])}): not allowed, all work must finish "
                          "inside forward")
-    tracer = modules[0] if job.get("extension") else None
-    if tracer is None and job.get("tracer"):
-        tracer = _load_tracer(job["tracer"])
     guard = ForwardGuard(modules, tracer)
 
     def checked(inputs: list[Any], stage: str) -> Any:
@@ -182,26 +200,37 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
             raise StageError(stage, "; ".join(problems))
         return outputs
 
+    packer = Packer(out, device)
+    trials, timed = [], []
     if job["check"]:
         result["stage"] = "forward"
-        for i, (seed, scale) in enumerate(job["trials"]):
+        for seed, scale in job["trials"]:
             outputs = checked(make_inputs(ns, seed, device, scale), "forward")
-            torch.save(to_cpu(as_outputs(outputs)), out / f"outputs_{i}.pt")
+            trials.append(_pack(packer, outputs))
     if job["time"]:
         result["stage"] = "timing"
         rotation = _rotation(job, ns)
-        samples, last = timing.measure(model, rotation, device, **_timing_kwargs(job),
-                                       audit=lambda inputs: checked(inputs, "timing"))
-        result["samples_ms"] = samples
-        for j, (k, outputs) in enumerate(last):
-            torch.save({"variant": k, "out": to_cpu(as_outputs(outputs))},
-                       out / f"timed_{j}.pt")
+        measured = timing.measure(model, rotation, device, **_timing_kwargs(job),
+                                  audit=lambda inputs: checked(inputs, "timing"),
+                                  blocker=blocker)
+        samples, last = measured.samples, measured.last
+        result["samples_ms"], result["time_meaning"] = samples, measured.meaning
+        result["timing_details"] = measured.details
+        timed = [{"variant": k, "out": _pack(packer, outputs)} for k, outputs in last]
         if job.get("profile"):
             result["profile"] = _profile_table(model, rotation.prepare(0)[0], device)
         calls = max(3, min(1000, int(200.0 / max(sorted(samples)[len(samples) // 2], 1e-3))))
         inputs, _ = rotation.prepare(0)
         result["crosscheck_calls"] = calls
         result["crosscheck_ms"] = timing.crosscheck(model, inputs, device, calls, mark)
+    result["outputs"] = {"pack": packer.finish(), "trials": trials, "timed": timed}
+
+
+def _pack(packer: Packer, outputs: Any) -> list[dict[str, Any]]:
+    try:
+        return packer.add(as_outputs(outputs))
+    except TransportError as exc:
+        raise StageError("forward", str(exc)) from None
 
 
 def _profile_table(model: Any, inputs: list[Any], device: str, rows: int = 15) -> str:

@@ -12,9 +12,11 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -35,60 +37,109 @@ class WorkerOutcome:
 
 
 class Worker:
-    """One fresh interpreter for one job."""
+    """One fresh interpreter for one job.
 
-    def __init__(self, out_dir: Path, memory_limit_bytes: int | None = None):
-        self.out_dir = out_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
+    It imports torch as soon as it starts, so it can be started ahead of time (a spare) and
+    given its job later. With ``hold`` the worker reports, signals ``ready`` and stays alive
+    (its output pack stays mapped) until ``close``.
+    """
+
+    def __init__(self, memory_limit_bytes: int | None = None, root: Path | None = None):
+        self.out_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-worker-", dir=root))
         read_fd, write_fd = os.pipe()
         env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
-        self._stdout = open(out_dir / "stdout.log", "wb")  # noqa: SIM115
-        self._stderr = open(out_dir / "stderr.log", "wb")  # noqa: SIM115
+        self._stdout = open(self.out_dir / "stdout.log", "wb")  # noqa: SIM115
+        self._stderr = open(self.out_dir / "stderr.log", "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cuda_agent.judge.worker", str(out_dir), str(write_fd)],
+            [sys.executable, "-m", "cuda_agent.judge.worker", str(self.out_dir),
+             str(write_fd)],
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, env=env,
             pass_fds=(write_fd,), start_new_session=True,
             preexec_fn=_limit_memory(memory_limit_bytes) if memory_limit_bytes else None)
         os.close(write_fd)
         self.marks: list[tuple[str, float]] = []
+        self._ready = threading.Event()
+        self._idle = threading.Event()
+        self._hold = False
+        self._leftover: int | None = None
         self._reader = threading.Thread(target=self._read_marks, args=(read_fd,), daemon=True)
         self._reader.start()
 
     def _read_marks(self, fd: int) -> None:
         with os.fdopen(fd, "rb") as pipe:
             for line in pipe:
-                if len(self.marks) < 16:
-                    self.marks.append((line.decode(errors="replace").strip()[:40],
-                                       time.monotonic()))
+                label = line.decode(errors="replace").strip()[:40]
+                if label == "ready":
+                    self._ready.set()
+                elif label == "idle":
+                    self._idle.set()
+                elif len(self.marks) < 16:
+                    self.marks.append((label, time.monotonic()))
 
-    def run(self, job: dict[str, Any], timeout_s: float) -> WorkerOutcome:
-        """Send ``job`` and wait for the result, at most ``timeout_s`` seconds."""
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until the worker has started and preloaded (it then waits for its job)."""
+        return self._idle.wait(timeout_s)
+
+    def start(self, job: dict[str, Any], hold: bool = False) -> None:
+        """Send ``job``; the worker begins at once."""
+        self._hold = hold
         try:
-            self.proc.stdin.write((json.dumps(job) + "\n").encode())
-            self.proc.stdin.close()
-        except BrokenPipeError:
+            self.proc.stdin.write((json.dumps({**job, "hold": hold}) + "\n").encode())
+            self.proc.stdin.flush()
+            if not hold:
+                self.proc.stdin.close()
+        except (BrokenPipeError, OSError):
             pass
-        try:
-            code = self.proc.wait(timeout=timeout_s)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            code, timed_out = None, True
+
+    def wait(self, timeout_s: float) -> WorkerOutcome:
+        """Wait for the result (or, with ``hold``, for ``ready``), at most ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        ready = False
+        while True:
+            if self._hold and self._ready.wait(0.01):
+                ready = True
+                break
+            code = self.proc.poll() if self._hold else _wait(self.proc, deadline)
+            if code is not None or time.monotonic() > deadline:
+                break
+        if ready:
+            return self._outcome(0, False, timeout_s, 0)
+        timed_out = self.proc.poll() is None
         leftover = self._stop()
         self._reader.join(timeout=1.0)
-        return self._outcome(code, timed_out, timeout_s, leftover)
+        return self._outcome(self.proc.returncode, timed_out, timeout_s, leftover)
 
-    def cancel(self) -> None:
-        """Stop a worker that will not be given a job."""
-        self._stop()
+    def run(self, job: dict[str, Any], timeout_s: float, hold: bool = False) -> WorkerOutcome:
+        self.start(job, hold)
+        return self.wait(timeout_s)
+
+    def close(self) -> int:
+        """End the worker (it exits once its stdin closes); kill what is left of its session;
+        remove its folder. Returns how many other processes it had left running."""
+        if self._leftover is None and self.proc.poll() is None and self._hold:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self.proc.stdin.close()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5.0)
+        leftover = self._stop()
+        shutil.rmtree(self.out_dir, ignore_errors=True)
+        return leftover
+
+    cancel = close
 
     def _stop(self) -> int:
         """Kill the worker's session and group; return how many other processes were left."""
+        if self._leftover is not None:
+            return self._leftover
         leftover = _kill_session(self.proc.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
         self._stdout.close()
         self._stderr.close()
+        self._leftover = leftover
         return leftover
 
     def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int
@@ -111,6 +162,13 @@ class Worker:
             return WorkerOutcome(False, result, f"{result.get('stage')}: {result.get('error')}",
                                  stderr_tail, marks, leftover)
         return WorkerOutcome(True, result, None, stderr_tail, marks, leftover)
+
+
+def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
+    try:
+        return proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def _limit_memory(limit: int):

@@ -1,4 +1,4 @@
-"""Fast source checks of a candidate's ``model_new.py`` before anything runs (judge-v2).
+"""Fast source checks of a candidate's ``model_new.py`` before anything runs (judge-v3).
 
 They give clear messages for the common rule breaks; the run-time trace in
 ``cuda_agent.judge.guard`` is what enforces the rules.

@@ -1,14 +1,23 @@
-"""Time repeated forward calls, the same way for candidate and baselines (judge-v2).
+"""Time repeated forward calls, the same way for candidate and baselines (judge-v3 timing).
 
-What a time means (``TIME_MEANING``): per-call wall time between device-wide
-synchronisations, so work on any stream or host thread counts; on CUDA the L2 cache is
-flushed before each call. Calls alternate between two input buffers whose contents are
-replaced before every call (a cache keyed by pointer returns stale answers, which the judge
-then catches when it re-checks the outputs of the last timed calls). Runs repeat until the
-95% confidence interval of the median is within ``target_rel_ci`` or the budget is spent.
+A time has one of two meanings (``TIME_MEANINGS``; ``Measured.meaning`` says which):
 
-Clocks and the synchronise function are bound at import, before any candidate code runs;
-the judge process also cross-checks the total with its own clock.
+- ``device`` (CUDA with the judge's blocker, ``load_blocker``): device-wide GPU time of one
+  call. Per call: inputs refilled, L2 flushed, device-wide sync (GPU idle); then a kernel
+  that holds every SM (``blocker_pre``), event ``ev0``, the call, ``ev1``, a second blocker
+  (``blocker_post``), ``ev2``; wait for ``ev2``, then time a device-wide sync. The call's
+  launches queue behind ``blocker_pre``, so host launch overhead is excluded and no kernel,
+  on any stream, starts before ``ev0``; work still running after ``ev1`` delays
+  ``blocker_post`` and work queued later delays the final sync (``device_sample``).
+- ``wall`` (CPU, or no blocker): per-call wall time between device-wide synchronisations.
+
+Calls alternate between two input buffers whose contents are replaced before every call (a
+cache keyed by pointer returns stale answers, which the judge then catches when it re-checks
+the outputs of the last timed calls). Runs repeat until the 95% confidence interval of the
+median is within ``target_rel_ci`` or the budget is spent.
+
+Clocks, events and the synchronise function are bound at import, before any candidate code
+runs; the judge process also cross-checks the total with its own clock.
 """
 
 from __future__ import annotations
@@ -17,19 +26,35 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from cuda_agent.results import TimingStats
 
-TIME_MEANING = ("per-call wall time between device-wide synchronisations (all streams and "
-                "threads count); L2 flushed before each call on CUDA; inputs rotated between "
-                "two buffers refilled with new contents before every call; median with a 95% "
-                "confidence interval")
+_COMMON = ("L2 flushed before each call on CUDA; inputs rotated between two buffers refilled "
+           "with new contents before every call; median with a 95% confidence interval")
+TIME_MEANINGS = {
+    "device": ("device-wide GPU time per call: from when the call's work may start (its "
+               "launches queued behind a kernel holding every SM, so host launch overhead is "
+               "excluded) until work on every stream has finished (work outliving the calling "
+               "stream delays a second full-GPU kernel or the final device synchronisation); "
+               + _COMMON),
+    "wall": ("per-call wall time between device-wide synchronisations (all streams and "
+             "threads count); " + _COMMON),
+}
+TIME_MEANING = TIME_MEANINGS["wall"]
+"""The meaning without a blocker (kept for callers that predate ``Measured.meaning``)."""
 L2_FLUSH_BYTES = 256 * 1024 * 1024
+PRE_NS_RANGE = (50_000, 2_000_000)
+POST_NS = 20_000
+CALIBRATION_CALLS = 40
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
+_Event = torch.cuda.Event
+_record, _elapsed = torch.cuda.Event.record, torch.cuda.Event.elapsed_time
+_event_sync = torch.cuda.Event.synchronize
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
@@ -77,17 +102,136 @@ class Rotation:
         return buffer, k
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What ``measure`` returns: samples (ms), the outputs of the two final calls with their
+    input-set index, the meaning (a key of ``TIME_MEANINGS``) and calibration details."""
+
+    samples: list[float]
+    last: list[tuple[int, Any]]
+    meaning: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Blocker:
+    """The judge's full-GPU kernel from the fixed layer (``_block_device``), bound at load."""
+
+    def __init__(self, block: Callable[[int], None], info: dict[str, Any]):
+        self._block = block
+        self.info = dict(info)
+
+    def block(self, ns: int) -> None:
+        self._block(int(ns))
+
+
+def load_blocker(module: Any) -> Blocker | None:
+    """The blocker of a built module (extension or tracer), or None when it has none or the
+    blocker cannot fill every SM of the current device. Call before candidate code runs."""
+    block, info = getattr(module, "_block_device", None), getattr(module, "_blocker_info", None)
+    if not callable(block) or not callable(info):
+        return None
+    try:
+        details = dict(info())
+    except Exception:  # no CUDA device, or the device refuses the query
+        return None
+    return Blocker(block, details) if details.get("full") else None
+
+
+def device_sample(main_ms: float, tail_ms: float, residual_ms: float, post_ref_ms: float,
+                  idle_residual_ms: float) -> float:
+    """One ``device`` sample: elapsed(ev0, ev1), plus how much ``blocker_post`` was delayed
+    (elapsed(ev1, ev2) over its calibrated length), plus how much the final device sync
+    took over its idle 90th percentile (work queued after ``ev2``)."""
+    return (main_ms + max(0.0, tail_ms - post_ref_ms)
+            + max(0.0, residual_ms - idle_residual_ms))
+
+
+def pre_block_ns(host_ms: float) -> int:
+    """``blocker_pre``'s length: twice the host time of one call plus 20 us, clamped."""
+    low, high = PRE_NS_RANGE
+    return int(min(high, max(low, 2 * host_ms * 1e6 + 20_000)))
+
+
+class _DeviceTimer:
+    """The per-call ``device`` protocol (after the flush and the device-wide sync)."""
+
+    def __init__(self, blocker: Blocker):
+        self.blocker = blocker
+        self.events = [_Event(enable_timing=True) for _ in range(3)]
+        self.pre_ns = PRE_NS_RANGE[1]
+        self.post_ref_ms = 0.0
+        self.idle_ms = 0.0
+
+    def call(self, fn: Callable[..., Any], inputs: list[Any]
+             ) -> tuple[Any, float, float, float]:
+        """Return the output, elapsed(ev0, ev1), elapsed(ev1, ev2) and the residual (ms)."""
+        ev0, ev1, ev2 = self.events
+        self.blocker.block(self.pre_ns)
+        _record(ev0)
+        out = fn(*inputs)
+        _record(ev1)
+        self.blocker.block(POST_NS)
+        _record(ev2)
+        _event_sync(ev2)
+        start = _clock()
+        _cuda_sync()
+        residual = (_clock() - start) * 1e3
+        return out, _elapsed(ev0, ev1), _elapsed(ev1, ev2), residual
+
+    def calibrate(self, host_ms: float) -> None:
+        """Set ``blocker_pre`` from the call's host time; measure ``blocker_post`` alone and
+        the device sync on an idle GPU."""
+        self.pre_ns = PRE_NS_RANGE[0]
+        tails, residuals = [], []
+        for _ in range(CALIBRATION_CALLS):
+            _cuda_sync()
+            _, _, tail, residual = self.call(lambda: None, [])
+            tails.append(tail)
+            residuals.append(residual)
+        self.post_ref_ms = statistics.median(tails)
+        self.idle_ms = statistics.quantiles(residuals, n=10)[-1]
+        self.pre_ns = pre_block_ns(host_ms)
+
+    def time(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[Any, float, float]:
+        """Output, sample (ms) and the part of it that came after ``ev1`` (ms)."""
+        out, main, tail, residual = self.call(fn, inputs)
+        sample = device_sample(main, tail, residual, self.post_ref_ms, self.idle_ms)
+        return out, sample, sample - main
+
+
+def _warm_up(fn: Callable[..., Any], rotation: Rotation, cuda: bool, calls: int,
+             seconds: float) -> list[float]:
+    """Untimed calls (at least ``calls``, and ``seconds`` on CUDA while clocks ramp up);
+    returns each call's host time in ms (on CUDA without a sync inside the call)."""
+    host: list[float] = []
+    deadline = _clock() + (seconds if cuda else 0.0)
+    while len(host) < calls or _clock() < deadline:
+        inputs = rotation.prepare()[0]
+        if cuda:
+            _cuda_sync()
+        start = _clock()
+        fn(*inputs)
+        host.append((_clock() - start) * 1e3)
+        if cuda:
+            _cuda_sync()
+    return host
+
+
 def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: int = 3,
             min_runs: int = 10, max_runs: int = 500, budget_s: float = 3.0,
-            target_rel_ci: float = 0.005, audit: Callable[[list[Any]], None] | None = None
-            ) -> tuple[list[float], list[tuple[int, Any]]]:
-    """Time ``fn`` over rotated inputs; return the samples (ms) and the outputs of the two
-    final calls, made on the checked input sets, with their set index.
+            target_rel_ci: float = 0.005, audit: Callable[[list[Any]], None] | None = None,
+            blocker: Blocker | None = None, warmup_s: float = 0.2) -> Measured:
+    """Time ``fn`` over rotated inputs: the samples (ms), and the outputs of the two final
+    calls, made on the checked input sets, with their set index.
 
+    With a ``blocker`` on CUDA the samples mean ``device`` time, otherwise ``wall`` time.
     ``audit``, if given, is called on every fourth set of inputs in an untimed extra call.
     """
     cuda = device.startswith("cuda")
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
+    timer = _DeviceTimer(blocker) if cuda and blocker is not None else None
+    samples: list[float] = []
+    outside: list[float] = []
     last: list[tuple[int, Any]] = []
 
     def timed(index: int | None) -> None:
@@ -95,18 +239,23 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
         if cuda:
             flush.zero_()
             _cuda_sync()
-        start = _clock()
-        out = fn(*inputs)
-        if cuda:
-            _cuda_sync()
-        samples.append((_clock() - start) * 1e3)
+        if timer is not None:
+            out, sample, after = timer.time(fn, inputs)
+            outside.append(after)
+        else:
+            start = _clock()
+            out = fn(*inputs)
+            if cuda:
+                _cuda_sync()
+            sample = (_clock() - start) * 1e3
+        samples.append(sample)
         if index is not None:
             last.append((k, out))
 
-    samples: list[float] = []
     with torch.no_grad():
-        for _ in range(warmup):
-            fn(*rotation.prepare()[0])
+        host = _warm_up(fn, rotation, cuda, warmup, warmup_s)
+        if timer is not None:
+            timer.calibrate(statistics.median(host) if host else 1e9)
         deadline = _clock() + budget_s
         while len(samples) < max_runs:
             if audit is not None and len(samples) % 4 == 3:
@@ -118,7 +267,12 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
                     break
         for index in range(rotation.checked):
             timed(index)
-    return samples, last
+    if timer is None:
+        return Measured(samples, last, "wall")
+    details = {"pre_ns": timer.pre_ns, "post_ns": POST_NS, "post_ref_ms": timer.post_ref_ms,
+               "idle_residual_ms": timer.idle_ms, "host_ms": statistics.median(host or [0.0]),
+               "outside_ms_median": statistics.median(outside), "blocker": timer.blocker.info}
+    return Measured(samples, last, "device", details)
 
 
 def crosscheck(fn: Callable[..., Any], inputs: list[Any], device: str, calls: int,

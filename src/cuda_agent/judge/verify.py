@@ -1,4 +1,4 @@
-"""Checks run in the judge's process on what the workers sent back (judge-v2)."""
+"""Checks run in the judge's process on what the workers sent back (judge-v3)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cuda_agent.judge.compare import compare_trials, precision_budget
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import WorkerOutcome
-from cuda_agent.judge.timing import TIME_MEANING, stats
+from cuda_agent.judge.timing import TIME_MEANINGS, stats
 
 # element-wise tolerance of a declared lower precision (atol, rtol)
 PRECISION_TOLERANCE = {"tf32": (5e-3, 5e-3), "bf16": (5e-2, 5e-2), "fp16": (1e-2, 1e-2)}
@@ -67,7 +67,14 @@ def check_timing(verdict: Verdict, cand: WorkerOutcome, base: Baselines,
             return
     # statistics are computed here, from the raw samples, not in the candidate's process
     measured = stats(cand.result["samples_ms"])
-    verdict.timing, verdict.time_meaning = measured, TIME_MEANING
+    meaning = cand.result.get("time_meaning", "wall")
+    if meaning != base.meaning or meaning not in TIME_MEANINGS:
+        verdict.correct = False
+        verdict.reasons.append(f"candidate timed as {meaning!r} time, baselines as "
+                               f"{base.meaning!r}: not comparable (the judge's timer did not "
+                               "load in the candidate's process?)")
+        return
+    verdict.timing, verdict.time_meaning = measured, TIME_MEANINGS[meaning]
     verdict.runtime_ms = measured.median_ms
     verdict.eager_timing, verdict.compile_timing = base.eager, base.compile
     verdict.eager_ms = base.eager.median_ms if base.eager else None

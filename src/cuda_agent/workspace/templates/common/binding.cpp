@@ -3,6 +3,8 @@
 // It is compiled once per toolchain and linked with every kernel object. It turns Python
 // arguments into cuda_ext::Tensor views, allocates outputs through torch's allocator,
 // and exposes each function that a kernel binding registered with REGISTER_BINDING.
+// CUDA builds also link the judge's device timer (cuda_agent/build/judge_timer.cu, part of
+// the package, not of the workspace), exposed as _block_device and _blocker_info.
 #include <ATen/record_function.h>
 #include <torch/extension.h>
 #ifdef CUDA_EXT_WITH_CUDA
@@ -15,6 +17,13 @@
 #include <mutex>
 
 #include "binding_registry.h"
+
+#ifdef CUDA_EXT_WITH_CUDA
+#define JUDGE_TIMER_API extern "C" __attribute__((visibility("hidden")))
+JUDGE_TIMER_API int cuda_agent_judge_block_device(unsigned long long ns, void* stream);
+JUDGE_TIMER_API int cuda_agent_judge_blocker_info(int* values);
+JUDGE_TIMER_API const char* cuda_agent_judge_error(int code);
+#endif
 
 namespace cuda_ext {
 namespace {
@@ -149,6 +158,32 @@ py::object call(const std::string& name, const py::args& args) {
   return result;
 }
 
+#ifdef CUDA_EXT_WITH_CUDA
+void check_timer(int code) {
+  if (code != 0) throw std::runtime_error(std::string("judge timer: ") +
+                                          cuda_agent_judge_error(code));
+}
+
+// Occupy every SM of the current device for `ns` nanoseconds, on the current torch stream.
+void block_device(int64_t ns) {
+  if (ns < 0 || ns > 1000000000) throw std::invalid_argument("ns must be in [0, 1e9]");
+  check_timer(cuda_agent_judge_block_device(static_cast<unsigned long long>(ns),
+                                            c10::cuda::getCurrentCUDAStream().stream()));
+}
+
+py::dict blocker_info() {
+  int values[5] = {0, 0, 0, 0, 0};
+  check_timer(cuda_agent_judge_blocker_info(values));
+  py::dict info;
+  info["threads_per_block"] = values[0];
+  info["blocks_per_sm"] = values[1];
+  info["sm_count"] = values[2];
+  info["resident_blocks_per_sm"] = values[3];
+  info["full"] = values[4] != 0;
+  return info;
+}
+#endif
+
 }  // namespace
 
 Tensor empty(const std::vector<int64_t>& sizes, DType dtype, int device) {
@@ -196,4 +231,12 @@ PYBIND11_MODULE(cuda_extension, m) {
         "Start counting the operators run on any thread of this process.");
   m.def("_trace_end", &cuda_ext::trace_end,
         "Stop counting; return {operator name: calls} since _trace_begin.");
+#ifdef CUDA_EXT_WITH_CUDA
+  m.def("_block_device", &cuda_ext::block_device, py::arg("ns"),
+        "Judge timer: occupy every SM of the current device for ns nanoseconds "
+        "(enqueued on the current stream).");
+  m.def("_blocker_info", &cuda_ext::blocker_info,
+        "Judge timer: the blocker's launch shape on the current device and whether it fills "
+        "every SM (full).");
+#endif
 }

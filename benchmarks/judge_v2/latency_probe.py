@@ -1,0 +1,64 @@
+"""Where a judgement's time goes: judge level-1 candidates with cached baselines and print
+the phases (judge steps and worker stages). GPU machine, repository root:
+
+    PYTHONPATH=src python3 benchmarks/judge_v2/latency_probe.py --kernelbench KB.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CANDIDATES = {12: "12_Matmul_with_diagonal_matrices_", 40: "40_LayerNorm",
+              10: "10_3D_tensor_matrix_multiplication"}
+
+
+def main() -> int:
+    from cuda_agent.judge.candidate import Candidate
+    from cuda_agent.judge.config import JudgeConfig
+    from cuda_agent.judge.judge import Judge
+    from cuda_agent.tasks.task import Task
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kernelbench", type=Path, default=ROOT / ".bench/kernelbench.jsonl")
+    parser.add_argument("--iters", type=int, default=3)
+    parser.add_argument("--ids", default="12,40,10")
+    args = parser.parse_args()
+    rows = {r["problem_id"]: r for r in map(json.loads, args.kernelbench.read_text().splitlines())
+            if r.get("level") == 1}
+    judge = Judge(JudgeConfig(device="cuda", keep_warm=True))
+    for pid in map(int, args.ids.split(",")):
+        task = Task(name=rows[pid]["name"], code=rows[pid]["code"], origin="kernelbench", level=1,
+                    problem_id=pid)
+        work = Path(tempfile.mkdtemp()) / "ws"
+        shutil.copytree(ROOT / "benchmarks/kernelbench_l1" / CANDIDATES[pid], work)
+        walls, phases = [], []
+        for i in range(args.iters + 1):
+            for cu in (work / "kernels").glob("*.cu"):
+                cu.write_text(cu.read_text() + f"\n// edit {time.time()} {i}\n")
+            judge.warm()  # the agent's think time between edits: spare workers are ready
+            start = time.perf_counter()
+            result = judge.judge(task, Candidate.from_ref(work))
+            wall = time.perf_counter() - start
+            print(f"1/{pid} iter {i}: {wall:.2f} s reward {result.reward} "
+                  f"{'; '.join(result.reasons)[:200]}", flush=True)
+            if i:  # iteration 0 fills the baseline cache
+                walls.append(wall)
+                phases.append(dict(result.phases))
+        rounded = [round(w, 2) for w in walls]
+        print(f"1/{pid} median {statistics.median(walls):.2f} s  all {rounded}")
+        for key in phases[-1]:
+            print(f"   {key:28} {statistics.median(p.get(key, 0) for p in phases):7.3f}")
+    judge.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

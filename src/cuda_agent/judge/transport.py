@@ -1,0 +1,184 @@
+"""Move a worker's output tensors to the judge: one packed buffer, described in JSON.
+
+A worker copies every tensor it reports into one flat byte buffer (each tensor contiguous,
+aligned to ``ALIGN`` bytes) and describes each by offset, byte count, dtype and shape. On
+CUDA the buffer stays in device memory: its CUDA IPC handle travels in the JSON, the judge
+maps it, checks that the range it was told about lies inside the mapped allocation, copies
+the bytes into its own memory and only then lets the worker exit. On CPU the buffer is a
+file in the worker's folder. Nothing is unpickled; every field is checked before use, so a
+hostile candidate's process can make its own outputs unreadable, never the judge unhealthy.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ALIGN = 256
+DTYPES = {str(d).removeprefix("torch."): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
+    torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+    torch.bool)}
+_HELD: list[torch.Tensor] = []  # exported device buffers stay alive until the process exits
+_REF_NAME = re.compile(rb"^/torch_[0-9A-Za-z_]{1,80}$")
+
+
+class TransportError(RuntimeError):
+    """A pack could not be written or read: what and why."""
+
+
+class Packer:
+    """Collect tensors in the order reported; ``finish`` writes the pack and describes it."""
+
+    def __init__(self, folder: Path, device: str):
+        self.folder, self.cuda = folder, device.startswith("cuda")
+        self.parts: list[tuple[int, torch.Tensor]] = []
+        self.size = 0
+        self._file = None if self.cuda else (folder / "outputs.bin").open("wb")
+
+    def add(self, values: list[Any]) -> list[dict[str, Any]]:
+        """Copy each plain tensor of ``values`` now (later writes to it do not count)."""
+        descriptors = []
+        for k, value in enumerate(values):
+            if type(value) is not torch.Tensor:
+                raise TransportError(f"output {k} is a {type(value).__name__}, not a plain "
+                                     "torch.Tensor")
+            data = value.detach().contiguous().reshape(-1).view(torch.uint8)
+            offset = self.size
+            if self.cuda:
+                self.parts.append((offset, data.clone()))
+            else:
+                self._file.seek(offset)
+                self._file.write(data.numpy().tobytes())
+            self.size = offset + _aligned(data.numel())
+            descriptors.append({"offset": offset, "nbytes": data.numel(),
+                                "dtype": str(value.dtype).removeprefix("torch."),
+                                "shape": list(value.shape)})
+        return descriptors
+
+    def finish(self) -> dict[str, Any]:
+        if not self.cuda:
+            self._file.truncate(self.size)
+            self._file.close()
+            return {"kind": "file", "name": "outputs.bin", "size": self.size}
+        buffer = torch.zeros(max(self.size, 1), dtype=torch.uint8, device="cuda")
+        for offset, data in self.parts:
+            buffer[offset:offset + data.numel()].copy_(data)
+        self.parts.clear()
+        torch.cuda.synchronize()
+        _HELD.append(buffer)
+        (device, handle, storage_bytes, storage_offset, ref_handle, ref_offset, event_handle,
+         event_sync) = buffer.untyped_storage()._share_cuda_()
+        return {"kind": "cuda-ipc", "size": self.size, "device": device,
+                "handle": _b64(handle), "storage_bytes": storage_bytes,
+                "storage_offset": storage_offset, "ref_handle": _b64(ref_handle),
+                "ref_offset": ref_offset, "event_handle": _b64(event_handle),
+                "event_sync": bool(event_sync)}
+
+
+def open_pack(pack: Any, folder: Path, device: str) -> torch.Tensor:
+    """The pack's bytes, copied into memory this process owns (on ``device``)."""
+    if not isinstance(pack, dict):
+        raise TransportError("no output pack described")
+    size = _int(pack.get("size"), "size")
+    if pack.get("kind") == "file" and not device.startswith("cuda"):
+        path = folder / "outputs.bin"
+        if not path.is_file() or path.stat().st_size != size:
+            raise TransportError(f"output pack is missing or not {size} bytes")
+        return torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8)
+    if pack.get("kind") == "cuda-ipc" and device.startswith("cuda"):
+        return _open_ipc(pack, size)
+    raise TransportError(f"output pack of kind {pack.get('kind')!r} on device {device}")
+
+
+def unpack(buffer: torch.Tensor, descriptors: Any) -> list[torch.Tensor]:
+    """Tensors (views of ``buffer``) for a list of descriptors, each checked first."""
+    if not isinstance(descriptors, list):
+        raise TransportError("output descriptors are not a list")
+    out = []
+    for k, d in enumerate(descriptors):
+        if not isinstance(d, dict) or d.get("dtype") not in DTYPES:
+            raise TransportError(f"output {k}: bad descriptor or dtype")
+        dtype = DTYPES[d["dtype"]]
+        shape = d.get("shape")
+        if not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
+            raise TransportError(f"output {k}: bad shape {shape!r}")
+        offset, nbytes = _int(d.get("offset"), "offset"), _int(d.get("nbytes"), "nbytes")
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if nbytes != math.prod(shape) * itemsize or offset % ALIGN or \
+                offset + nbytes > buffer.numel():
+            raise TransportError(f"output {k}: {nbytes} bytes at {offset} do not fit its "
+                                 f"shape {shape} or the pack")
+        out.append(buffer[offset:offset + nbytes].view(dtype).reshape(shape))
+    return out
+
+
+def _open_ipc(pack: dict[str, Any], size: int) -> torch.Tensor:
+    device = _int(pack.get("device"), "device")
+    if device >= torch.cuda.device_count():
+        raise TransportError(f"output pack on unknown device {device}")
+    ref_handle = _unb64(pack.get("ref_handle"))
+    if not _REF_NAME.match(ref_handle):
+        raise TransportError("output pack names an unexpected shared-memory counter")
+    storage_bytes = _int(pack.get("storage_bytes"), "storage_bytes")
+    if size > storage_bytes:
+        raise TransportError("output pack larger than its storage")
+    try:
+        storage = torch.UntypedStorage._new_shared_cuda(
+            device, _unb64(pack.get("handle")), storage_bytes,
+            _int(pack.get("storage_offset"), "storage_offset"), ref_handle,
+            _int(pack.get("ref_offset"), "ref_offset"),
+            None if pack.get("event_handle") is None else _unb64(pack.get("event_handle")),
+            bool(pack.get("event_sync")))
+    except RuntimeError as exc:
+        raise TransportError(f"cannot map the output pack: {str(exc)[:300]}") from None
+    mapped = torch.empty(0, dtype=torch.uint8, device=f"cuda:{device}").set_(storage)
+    _check_range(mapped.data_ptr(), storage_bytes)
+    own = mapped[:size].clone()
+    torch.cuda.synchronize()
+    return own
+
+
+def _check_range(pointer: int, nbytes: int) -> None:
+    """Refuse a storage that claims more bytes than the mapped allocation holds (reading
+    past it would fault and poison this process's CUDA context)."""
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as exc:
+        raise TransportError(f"cannot check the output pack's range: {exc}") from None
+    base, length = ctypes.c_uint64(), ctypes.c_size_t()
+    status = libcuda.cuMemGetAddressRange_v2(ctypes.byref(base), ctypes.byref(length),
+                                             ctypes.c_uint64(pointer))
+    if status != 0 or pointer + nbytes > base.value + length.value:
+        raise TransportError("output pack extends past its allocation")
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _int(value: Any, name: str) -> int:
+    if type(value) is not int or value < 0:
+        raise TransportError(f"output pack field {name!r} is not a non-negative integer")
+    return value
+
+
+def _b64(raw: bytes | None) -> str | None:
+    return None if raw is None else base64.b64encode(raw).decode()
+
+
+def _unb64(text: Any) -> bytes:
+    if text is None:
+        return b""
+    if not isinstance(text, str) or len(text) > 4096:
+        raise TransportError("output pack handle is not base64 text")
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise TransportError("output pack handle is not base64 text") from None

@@ -1,0 +1,111 @@
+"""Timing rules that need no GPU: the device-time arithmetic, the blocker loader, and the
+wall-time protocol on the CPU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from cuda_agent.judge import timing
+from cuda_agent.judge.timing import (
+    PRE_NS_RANGE,
+    TIME_MEANINGS,
+    Blocker,
+    Measured,
+    Rotation,
+    device_sample,
+    load_blocker,
+    measure,
+    pre_block_ns,
+)
+
+# calibrated blocker_post 0.020 ms, idle device sync 0.008 ms at the 90th percentile
+POST, IDLE = 0.020, 0.008
+
+
+def test_honest_call_counts_only_its_stream():
+    # blocker_post ran on time and the final sync found an idle GPU
+    assert device_sample(0.100, 0.020, 0.008, POST, IDLE) == pytest.approx(0.100)
+
+
+def test_jitter_below_the_references_adds_nothing():
+    assert device_sample(0.100, 0.019, 0.005, POST, IDLE) == pytest.approx(0.100)
+
+
+def test_side_stream_work_delaying_blocker_post_counts():
+    # work on a private stream kept SMs busy 0.090 ms after ev1
+    assert device_sample(0.001, 0.110, 0.008, POST, IDLE) == pytest.approx(0.091)
+
+
+def test_work_queued_after_ev2_counts_through_the_residual():
+    # the final device-wide sync waited 0.050 ms longer than on an idle GPU
+    assert device_sample(0.001, 0.020, 0.058, POST, IDLE) == pytest.approx(0.051)
+
+
+def test_both_excesses_add():
+    assert device_sample(0.010, 0.030, 0.018, POST, IDLE) == pytest.approx(0.030)
+
+
+@pytest.mark.parametrize(("host_ms", "expected"), [
+    (0.0, PRE_NS_RANGE[0]),
+    (0.040, 100_000),
+    (5.0, PRE_NS_RANGE[1]),
+])
+def test_pre_block_length(host_ms: float, expected: int):
+    assert pre_block_ns(host_ms) == expected
+
+
+def test_load_blocker():
+    assert load_blocker(SimpleNamespace()) is None
+    assert load_blocker(SimpleNamespace(_block_device=print)) is None
+    calls: list[int] = []
+    not_full = SimpleNamespace(_block_device=calls.append, _blocker_info=lambda: {"full": False})
+    assert load_blocker(not_full) is None
+
+    def broken() -> dict:
+        raise RuntimeError("judge timer: no CUDA-capable device is detected")
+
+    assert load_blocker(SimpleNamespace(_block_device=calls.append, _blocker_info=broken)) is None
+    info = {"full": True, "threads_per_block": 1024, "blocks_per_sm": 2, "sm_count": 132}
+    blocker = load_blocker(SimpleNamespace(_block_device=calls.append, _blocker_info=lambda: info))
+    assert isinstance(blocker, Blocker) and blocker.info == info
+    blocker.block(1500.0)
+    assert calls == [1500] and isinstance(calls[0], int)
+
+
+def test_meanings_are_explicit():
+    assert set(TIME_MEANINGS) == {"device", "wall"}
+    assert timing.TIME_MEANING is TIME_MEANINGS["wall"]
+    assert "device-wide synchronisations" in TIME_MEANINGS["wall"]
+    assert "every SM" in TIME_MEANINGS["device"]
+
+
+def test_measure_on_cpu_is_wall_time_and_ignores_a_blocker():
+    seen: list[torch.Tensor] = []
+    rotation = Rotation(lambda k: [torch.full((1000,), float(k))], checked=2)
+    audited: list[list] = []
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        seen.append(x)
+        return x * 2
+
+    unused = Blocker(lambda ns: pytest.fail("the blocker is for CUDA only"), {"full": True})
+    result = measure(fn, rotation, "cpu", warmup=2, min_runs=8, max_runs=8, budget_s=1.0,
+                     audit=audited.append, blocker=unused)
+    assert isinstance(result, Measured) and result.meaning == "wall" and result.details == {}
+    assert len(result.samples) == 8 + 2 and all(s > 0 for s in result.samples)
+    assert [k for k, _ in result.last] == [0, 1]
+    for k, out in result.last:
+        torch.testing.assert_close(out, torch.full((1000,), 2.0 * k))
+    assert len(audited) == 2  # before timed calls 4 and 8
+    assert len(seen) == 2 + 8 + 2  # warm-up, timed, final (audits get their own call)
+    assert len({x.data_ptr() for x in seen + [a[0] for a in audited]}) == 2  # two buffers
+
+
+def test_measure_stops_at_the_confidence_target():
+    rotation = Rotation(lambda k: [], checked=0)
+    result = measure(lambda: None, rotation, "cpu", warmup=0, min_runs=10, max_runs=500,
+                     budget_s=10.0, target_rel_ci=10.0)
+    assert len(result.samples) == 10 and result.last == []
