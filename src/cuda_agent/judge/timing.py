@@ -50,6 +50,7 @@ L2_FLUSH_BYTES = 256 * 1024 * 1024
 PRE_NS_RANGE = (50_000, 2_000_000)
 POST_NS = 20_000
 CALIBRATION_CALLS = 40
+TAIL_SLACK_MS = 0.0005
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -140,8 +141,8 @@ def load_blocker(module: Any) -> Blocker | None:
 def device_sample(main_ms: float, tail_ms: float, residual_ms: float, post_ref_ms: float,
                   idle_residual_ms: float) -> float:
     """One ``device`` sample: elapsed(ev0, ev1), plus how much ``blocker_post`` was delayed
-    (elapsed(ev1, ev2) over its calibrated length), plus how much the final device sync
-    took over its idle 90th percentile (work queued after ``ev2``)."""
+    (elapsed(ev1, ev2) over the longest it took alone, plus a slack), plus how much the final
+    device sync took over the longest it took on an idle GPU (work queued after ``ev2``)."""
     return (main_ms + max(0.0, tail_ms - post_ref_ms)
             + max(0.0, residual_ms - idle_residual_ms))
 
@@ -188,8 +189,10 @@ class _DeviceTimer:
             _, _, tail, residual = self.call(lambda: None, [])
             tails.append(tail)
             residuals.append(residual)
-        self.post_ref_ms = statistics.median(tails)
-        self.idle_ms = statistics.quantiles(residuals, n=10)[-1]
+        # upper bounds, not medians: an honest call's jitter must add nothing to its sample
+        # (a one-sided term at the median adds noise to half the samples)
+        self.post_ref_ms = max(tails) + TAIL_SLACK_MS
+        self.idle_ms = max(residuals)
         self.pre_ns = pre_block_ns(host_ms)
 
     def time(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[Any, float, float]:
