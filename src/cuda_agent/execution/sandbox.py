@@ -42,6 +42,7 @@ import os
 import resource
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -73,6 +74,10 @@ class SandboxConfig(BaseModel):
     max_processes: int | None = Field(
         256, description="Most processes/threads the command may have at once (pids cgroup, "
         "RLIMIT_NPROC, or a poll that kills the command when over)")
+    ro_paths: tuple[str, ...] = Field(
+        (), description="Paths under /tmp or /dev/shm to keep visible (read-only) inside the "
+        "sandbox's private /tmp; the Python environment and this package are added "
+        "automatically when they live there")
     network: bool = Field(False, description="Allow network access (False: own empty net ns)")
     env_allow: tuple[str, ...] = Field(
         DEFAULT_ENV_ALLOW, description="Environment names (fnmatch patterns) passed through; "
@@ -290,3 +295,19 @@ class PidsCgroup:
 def _sigkill(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
+
+
+def hidden_needs(config: SandboxConfig) -> list[str]:
+    """Paths the command needs that the private /tmp or /dev/shm would hide: the configured
+    ``ro_paths`` plus this interpreter's environment and this package, where they live
+    there (e.g. a checkout under /tmp)."""
+    import cuda_agent
+
+    wanted = [*config.ro_paths, sys.prefix, sys.base_prefix,
+              str(Path(cuda_agent.__file__).resolve().parents[1])]
+    out: list[str] = []
+    for raw in wanted:
+        path = str(Path(raw).resolve())
+        if path.startswith(("/tmp/", "/dev/shm/")) and path not in out and Path(path).exists():
+            out.append(path)
+    return out

@@ -15,28 +15,58 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from cuda_agent.execution.sandbox import CommandResult, SandboxConfig, as_argv, run_process
+from cuda_agent.execution.sandbox import (
+    CommandResult,
+    SandboxConfig,
+    as_argv,
+    hidden_needs,
+    run_process,
+)
 
 
 class BwrapSandbox:
     """Runs commands under bubblewrap."""
 
-    def run(self, command: str | list[str], workdir: Path,
-            config: SandboxConfig) -> CommandResult:
+    def run(self, command: str | list[str], workdir: Path, config: SandboxConfig) -> CommandResult:
         workdir = Path(workdir).resolve()
-        argv = bwrap_argv(as_argv(command), workdir, config.network)
+        argv = bwrap_argv(as_argv(command), workdir, config.network, keep=hidden_needs(config))
         isolation = ("mount", "pid", "caps") + (() if config.network else ("net",))
         return run_process(argv, workdir, config, isolation)
 
 
-def bwrap_argv(argv: list[str], workdir: Path, network: bool,
-               gpu_devices: list[str] | None = None) -> list[str]:
+def bwrap_argv(
+    argv: list[str],
+    workdir: Path,
+    network: bool,
+    gpu_devices: list[str] | None = None,
+    keep: list[str] | None = None,
+) -> list[str]:
     """The bwrap command line that runs ``argv`` confined to ``workdir``."""
     devices = sorted(glob.glob("/dev/nvidia*")) if gpu_devices is None else gpu_devices
     ws = str(workdir)
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-           "--tmpfs", "/tmp", "--bind", ws, ws, "--unshare-all", "--die-with-parent",
-           "--cap-drop", "ALL", "--chdir", ws]
+    cmd = [
+        "bwrap",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--bind",
+        ws,
+        ws,
+        "--unshare-all",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+        "--chdir",
+        ws,
+    ]
+    for path in keep or []:  # under /tmp: hidden by the tmpfs, shown again read-only
+        cmd += ["--ro-bind", path, path]
     for dev in devices:
         cmd += ["--dev-bind", dev, dev]
     if network:

@@ -20,16 +20,31 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from cuda_agent.execution.sandbox import CommandResult, SandboxConfig, as_argv, run_process
+from cuda_agent.execution.sandbox import (
+    CommandResult,
+    SandboxConfig,
+    as_argv,
+    hidden_needs,
+    run_process,
+)
 
 CONFINE = r"""set -eu
-ws=$1; shift
+ws=$1; keep=$2; shift 2
 cd "$ws"
 for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
   mount -o remount,bind,ro "$m" || { echo "sandbox: cannot make $m read-only" >&2; exit 125; }
 done
+mount --rbind / /mnt
 mount -t tmpfs -o size=64m,nosuid,nodev tmpfs /tmp
 mount -t tmpfs -o size=64m,nosuid,nodev tmpfs /dev/shm
+IFS=:
+for p in $keep; do
+  mkdir -p "$p"
+  mount --bind "/mnt$p" "$p"
+  mount -o remount,bind,ro "$p"
+done
+unset IFS
+umount -l /mnt
 mkdir -p "$ws"
 mount -c --bind . "$ws"
 mount -c -o remount,bind,rw "$ws"
@@ -47,7 +62,8 @@ class LocalSandbox:
         prefix = namespace_prefix(network=config.network)
         if prefix is None:
             return run_process(as_argv(command), workdir, config)
-        argv = [*prefix, "/bin/sh", "-c", CONFINE, "sandbox-confine", str(workdir)]
+        argv = [*prefix, "/bin/sh", "-c", CONFINE, "sandbox-confine", str(workdir),
+                ":".join(hidden_needs(config))]
         isolation = ("mount", "pid", "caps") + (() if config.network else ("net",))
         return run_process(argv + as_argv(command), workdir, config, isolation)
 
@@ -69,7 +85,7 @@ def namespaces_work() -> bool:
         return False
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     probe = ["unshare", *user, "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-             "--ipc", "--uts", "--net", "--", "/bin/sh", "-c", CONFINE, "probe", "/",
+             "--ipc", "--uts", "--net", "--", "/bin/sh", "-c", CONFINE, "probe", "/", "",
              "true"]
     try:
         done = subprocess.run(probe, capture_output=True, timeout=10, cwd="/")

@@ -108,10 +108,9 @@ class Checker:
         result = self.pool.probe(code, self.filters.model_dump(), seed,
                                  self.filters.task_timeout_s)
         if "error" in result:
-            kind = "timeout" if result["error"].startswith("timeout") else "crash"
             for check in RUN_CHECKS:
                 checks.setdefault(check, False)
-            reasons.append(f"{kind}: {result['error']}")
+            reasons.append(result["error"])  # already "timeout: ..." or "crash: ..."
             return FilterVerdict(False, tuple(reasons), _ordered(checks), metrics, self.device,
                                  skipped=skipped)
         for check, ok in result["checks"].items():

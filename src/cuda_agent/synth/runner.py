@@ -58,7 +58,7 @@ class Worker:
             if ready:
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
-                    raise RuntimeError(f"worker died (exit {self.proc.wait()}): {self.tail()}")
+                    raise RuntimeError(_died(self.proc.wait(), self.tail()))
                 buf += chunk
         return json.loads(buf)
 
@@ -71,6 +71,16 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         Path(self.log.name).unlink(missing_ok=True)
+
+
+def _died(code: int, tail: str) -> str:
+    """Why a worker ended without answering, in words a user can act on."""
+    if code == -signal.SIGKILL:
+        return ("worker killed by SIGKILL, most likely out of memory: the task's tensors may "
+                f"not fit this machine (shrink its sizes, e.g. --max-numel); last output: {tail}")
+    if code < 0:
+        return f"worker killed by {signal.Signals(-code).name}: {tail}"
+    return f"worker exited with code {code} before answering: {tail}"
 
 
 class WorkerPool:
@@ -100,7 +110,7 @@ class WorkerPool:
         except Exception as exc:
             worker.kill()
             self.idle.put(None)
-            return {"error": f"crash: {exc}"}
+            return {"error": f"crash: {exc}"}  # the filter names the kind once
         if worker.served >= self.recycle_after:
             worker.kill()
             worker = None
