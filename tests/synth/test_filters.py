@@ -79,3 +79,13 @@ def test_torch_compile_check_runs(pool, fast_filters):
                       pool).check(task("return torch.tanh(x) * 2.0 + 1.0"))
     assert verdict.checks["runs_compiled"], verdict.reasons
     assert verdict.compile_ms is not None
+
+
+def test_a_killed_worker_is_explained():
+    import signal
+
+    from cuda_agent.synth.runner import _died
+
+    assert "out of memory" in _died(-signal.SIGKILL, "(no output)")
+    assert "SIGSEGV" in _died(-signal.SIGSEGV, "x")
+    assert "exited with code 2" in _died(2, "boom")
