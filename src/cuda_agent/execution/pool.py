@@ -1,0 +1,356 @@
+"""A pool of long-lived judge workers fed from one queue (see docs/pool.md).
+
+    from cuda_agent.execution import JudgePool, PoolConfig
+    with JudgePool(PoolConfig()) as pool:        # one worker per visible GPU, or CPU workers
+        results = pool.map([(task, "ws/a"), (task, "ws/b")])
+
+Each worker is a child process that owns one GPU (``CUDA_VISIBLE_DEVICES``) or runs on the
+CPU, and takes one job at a time, so no two timing jobs share a GPU. A supervisor thread
+replaces a worker that dies or overruns ``job_timeout_s`` (killing every process it
+started) and retries its job, up to ``retries`` times; every job ends with a
+``JudgeResult`` or a ``JobFailed``, never lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from cuda_agent.execution.pool_worker import worker_main
+from cuda_agent.judge.config import JudgeConfig
+from cuda_agent.results import BuildResult, CorrectnessResult, JudgeResult, TimingStats
+from cuda_agent.tasks.task import Task
+
+
+class PoolConfig(BaseModel):
+    """How many judge workers run where, and how stuck or dead workers are handled."""
+
+    gpus: list[int] | None = Field(
+        None, description="GPU indices, one worker each. None: every GPU torch sees; "
+        "[]: none, judge on the CPU with ``cpu_workers`` workers.")
+    cpu_workers: int = Field(1, ge=1, description="Workers when judging on the CPU.")
+    job_timeout_s: float = Field(
+        900.0, gt=0, description="A worker busy with one job longer than this is killed and "
+        "replaced; the job is retried.")
+    start_timeout_s: float = Field(
+        300.0, gt=0, description="A worker not ready this long after starting is replaced.")
+    retries: int = Field(
+        1, ge=0, description="Retries of a job whose worker died or hung (a candidate that "
+        "merely fails is a verdict and is not retried).")
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="Each worker's judge "
+                               "(keep_warm is forced on; device follows the worker).")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobFailed:
+    """A job that produced no verdict: its worker kept dying or hanging, or the judge erred."""
+
+    task: str
+    reason: str
+    attempts: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolStats:
+    """A snapshot of the pool's progress."""
+
+    workers: int
+    queued: int
+    running: int
+    done: int
+    failed: int
+    replaced: int
+
+
+@dataclasses.dataclass
+class _Job:
+    id: int
+    task: str
+    message: dict[str, Any]
+    future: Future
+    attempts: int = 0
+    pid: int | None = None
+
+
+class JobHandle:
+    """A submitted job: ``result()`` blocks for its ``JudgeResult`` or ``JobFailed``."""
+
+    def __init__(self, job: _Job):
+        self._job = job
+
+    @property
+    def id(self) -> int:
+        return self._job.id
+
+    @property
+    def attempts(self) -> int:
+        """How many times the job has been handed to a worker."""
+        return self._job.attempts
+
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker running it now (None while queued or once done)."""
+        return self._job.pid
+
+    def done(self) -> bool:
+        return self._job.future.done()
+
+    def result(self, timeout: float | None = None) -> JudgeResult | JobFailed:
+        return self._job.future.result(timeout)
+
+
+class _Slot:
+    """One worker process and the job it holds."""
+
+    def __init__(self, ctx: Any, gpu: int | None, judge: dict[str, Any]):
+        self.gpu = gpu
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_main, args=(child, gpu, judge), daemon=True,
+                                name=f"judge-worker-{'cpu' if gpu is None else gpu}")
+        self.proc.start()
+        child.close()
+        self.started = time.monotonic()
+        self.ready = False
+        self.job: _Job | None = None
+        self.since = 0.0
+
+    def kill(self) -> None:
+        """SIGKILL the worker, its process group and every process below it."""
+        pid = self.proc.pid
+        if pid is not None:
+            for victim in [*_descendants(pid), pid]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(victim, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+        self.proc.join(5.0)
+        self.conn.close()
+
+
+class JudgePool:
+    """Judge workers behind one queue; use as a context manager or call ``close()``."""
+
+    def __init__(self, config: PoolConfig | None = None):
+        self.config = config or PoolConfig()
+        self._ctx = multiprocessing.get_context("spawn")
+        self._judge = self.config.judge.model_dump()
+        self._lock = threading.Lock()
+        self._queue: deque[_Job] = deque()
+        self._next_id = 0
+        self._done = self._failed = self._replaced = 0
+        self._closed = threading.Event()
+        self._slots = [_Slot(self._ctx, gpu, self._judge) for gpu in self._places()]
+        self._thread = threading.Thread(target=self._supervise, name="judge-pool", daemon=True)
+        self._thread.start()
+
+    def _places(self) -> list[int | None]:
+        gpus, device = self.config.gpus, self.config.judge.device
+        if gpus is None:
+            gpus = [] if device == "cpu" else _visible_gpus()
+        if device == "cpu":
+            gpus = []
+        if device == "cuda" and not gpus:
+            raise ValueError("judge.device is 'cuda' but the pool has no GPU")
+        return list(gpus) if gpus else [None] * self.config.cpu_workers
+
+    def __enter__(self) -> JudgePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def submit(self, task: Task, candidate: str | Path, _debug_sleep_s: float = 0.0
+               ) -> JobHandle:
+        """Queue judging ``candidate`` (a workspace, a .py file or ``builtin:NAME``).
+
+        ``_debug_sleep_s`` makes the worker sleep before judging: for tests of hung workers.
+        """
+        with self._lock:
+            if self._closed.is_set():
+                raise RuntimeError("the pool is closed")
+            self._next_id += 1
+            message = {"id": self._next_id, "task": task.model_dump(),
+                       "candidate": str(candidate), "_debug_sleep_s": _debug_sleep_s}
+            job = _Job(self._next_id, task.name, message, Future())
+            self._queue.append(job)
+        return JobHandle(job)
+
+    def map(self, jobs: Iterable[tuple[Task, str | Path]], timeout: float | None = None
+            ) -> list[JudgeResult | JobFailed]:
+        """Judge every (task, candidate) pair; results in the order given."""
+        handles = [self.submit(task, candidate) for task, candidate in jobs]
+        return [h.result(timeout) for h in handles]
+
+    def stats(self) -> PoolStats:
+        with self._lock:
+            running = sum(slot.job is not None for slot in self._slots)
+            return PoolStats(len(self._slots), len(self._queue), running, self._done,
+                             self._failed, self._replaced)
+
+    def worker_pids(self) -> list[int]:
+        with self._lock:
+            return [slot.proc.pid for slot in self._slots if slot.proc.pid is not None]
+
+    def close(self) -> None:
+        """Stop the workers; jobs not finished end as ``JobFailed('pool closed')``."""
+        with self._lock:
+            if self._closed.is_set():
+                return
+            self._closed.set()
+        self._thread.join()
+        with self._lock:
+            for slot in self._slots:
+                if slot.job is not None:  # busy: killed at once, its job ends as failed
+                    slot.kill()
+                    self._finish(slot.job, None, "pool closed")
+                else:
+                    with contextlib.suppress(OSError):
+                        slot.conn.send(None)
+            deadline = time.monotonic() + 10.0
+            for slot in self._slots:
+                slot.proc.join(max(0.0, deadline - time.monotonic()))
+                slot.kill()
+            while self._queue:
+                self._finish(self._queue.popleft(), None, "pool closed")
+
+    def _supervise(self) -> None:
+        try:
+            while not self._closed.is_set():
+                with self._lock:
+                    self._dispatch()
+                waitables = [s.conn for s in self._slots] + [s.proc.sentinel for s in self._slots]
+                wait(waitables, timeout=0.1)
+                with self._lock:
+                    for slot in self._slots:
+                        self._check(slot)
+        except Exception as exc:  # noqa: BLE001 - never leave a job waiting forever
+            with self._lock:
+                self._closed.set()
+                for job in [*self._queue, *(s.job for s in self._slots if s.job)]:
+                    self._finish(job, None, f"pool supervisor failed: {exc!r}")
+                self._queue.clear()
+
+    def _dispatch(self) -> None:
+        for slot in self._slots:
+            if not self._queue:
+                return
+            if slot.ready and slot.job is None:
+                job = self._queue.popleft()
+                job.attempts += 1
+                job.pid, slot.job, slot.since = slot.proc.pid, job, time.monotonic()
+                with contextlib.suppress(OSError):
+                    slot.conn.send(job.message)  # a dead worker is found by _check
+
+    def _check(self, slot: _Slot) -> None:
+        dead = None
+        try:
+            while slot.conn.poll():
+                dead = self._receive(slot, slot.conn.recv()) or dead
+        except (EOFError, OSError):
+            pass
+        now = time.monotonic()
+        if dead is None and not slot.proc.is_alive():
+            dead = f"worker died (exit status {slot.proc.exitcode})"
+        if dead is None and slot.job is not None and now - slot.since > self.config.job_timeout_s:
+            dead = f"worker hung: no result after {self.config.job_timeout_s:g} s"
+        if dead is None and not slot.ready and now - slot.started > self.config.start_timeout_s:
+            dead = f"worker not ready after {self.config.start_timeout_s:g} s"
+        if dead is not None:
+            self._replace(slot, dead)
+
+    def _receive(self, slot: _Slot, message: dict[str, Any]) -> str | None:
+        """Handle one message; returns a reason when the worker must be replaced."""
+        if "ready" in message:
+            slot.ready = True
+            return None
+        job = slot.job
+        if job is None or job.id != message.get("id"):
+            return "worker answered a job it was not given"
+        if message.get("poisoned"):
+            return f"worker CUDA context failed: {message.get('reason', '')[:300]}"
+        slot.job = None
+        if message["ok"]:
+            self._finish(job, _judge_result(message["result"]), None)
+        else:
+            self._finish(job, None, message.get("reason", "unknown failure"))
+        return None
+
+    def _replace(self, slot: _Slot, reason: str) -> None:
+        slot.kill()
+        self._replaced += 1
+        job = slot.job
+        self._slots[self._slots.index(slot)] = _Slot(self._ctx, slot.gpu, self._judge)
+        if job is None:
+            return
+        job.pid = None
+        if job.attempts <= self.config.retries:
+            self._queue.appendleft(job)
+        else:
+            self._finish(job, None, f"{reason} (after {job.attempts} attempts)")
+
+    def _finish(self, job: _Job, result: JudgeResult | None, reason: str | None) -> None:
+        job.pid = None
+        if job.future.done():
+            return
+        if result is not None:
+            self._done += 1
+            job.future.set_result(result)
+        else:
+            self._failed += 1
+            job.future.set_result(JobFailed(job.task, reason or "", job.attempts))
+
+
+def _visible_gpus() -> list[int]:
+    import torch
+
+    return list(range(torch.cuda.device_count()))
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (Linux /proc), children first."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def _judge_result(data: dict[str, Any]) -> JudgeResult:
+    """Rebuild a ``JudgeResult`` from its ``to_dict`` form."""
+    fields = dict(data)
+    if fields.get("build"):
+        fields["build"] = BuildResult.from_dict(fields["build"])
+    if fields.get("correctness"):
+        found = fields["correctness"]
+        fields["correctness"] = CorrectnessResult(**{**found, "reasons": tuple(found["reasons"])})
+    for key in ("timing", "eager_timing", "compile_timing"):
+        if fields.get(key):
+            fields[key] = TimingStats(**fields[key])
+    for key in ("reasons", "flags"):
+        fields[key] = tuple(fields.get(key, ()))
+    fields["phases"] = tuple(tuple(p) for p in fields.get("phases", ()))
+    return JudgeResult(**fields)
