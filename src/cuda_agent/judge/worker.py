@@ -99,14 +99,6 @@ def as_outputs(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def to_cpu(outputs: list[Any]) -> list[torch.Tensor]:
-    for k, value in enumerate(outputs):
-        if type(value) is not torch.Tensor:
-            raise StageError("forward", f"output {k} is a {type(value).__name__}, "
-                             "not a plain torch.Tensor")
-    return [o.detach().cpu() for o in outputs]
-
-
 def run(job: dict[str, Any], out: Path, result: Progress, mark) -> None:
     from cuda_agent.judge import roles
 
