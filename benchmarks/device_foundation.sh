@@ -10,16 +10,7 @@ set -uo pipefail
 OUT=${1:-/tmp/out}
 KB=${2:-.bench/kernelbench.jsonl}
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
-  export PYTHONPATH=/tmp/site:$PWD/src
-else
-  export PYTHONPATH=$PWD/src
-fi
-export PYTHONUNBUFFERED=1 CUDA_AGENT_HOME=/tmp/cuda-agent-home CUDA_AGENT_TEST_HOME=/tmp/cuda-agent-home
-echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo none)"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+. benchmarks/device_env.sh
 python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 nvcc --version | tail -1
 echo "== GPU tests"

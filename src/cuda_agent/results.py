@@ -124,5 +124,8 @@ class JudgeResult:
     eager_timing: TimingStats | None = None
     compile_timing: TimingStats | None = None
     time_meaning: str = ""
+    isolation: str = ""
+    """How the candidate's process was confined: 'namespaces' (read-only file system, private
+    /tmp, no network, own pid namespace) or 'session' (own session only)."""
     phases: tuple[tuple[str, float], ...] = ()
     """Where the judgement's wall time went, in seconds (judge steps and worker stages)."""

@@ -77,6 +77,18 @@ def test_escape_workspace(backend, ws, tmp_path):
     assert "mount" in result.isolation
 
 
+def test_kernel_settings_stay_read_only(backend, ws):
+    """/proc stays writable for CUDA, but not the kernel's settings under /proc/sys."""
+    setting = Path("/proc/sys/vm/swappiness")
+    attack = f"cat {setting} > value && cat value > {setting} && echo changed"
+    naive = subprocess.run(attack, shell=True, cwd=ws, capture_output=True, text=True)
+    if "changed" not in naive.stdout:
+        pytest.skip("this user cannot write kernel settings even without a sandbox")
+    result = run(backend, attack, ws)
+    assert "changed" not in result.stdout, result
+    assert result.exit_code != 0
+
+
 @pytest.mark.parametrize("cap", ["cgroup", "poll"])
 def test_fork_bomb_contained(backend, ws, cap, monkeypatch):
     if cap == "poll":

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-import torch
 
-from cuda_agent.build import BuildConfig, Builder, load_extension
+from cuda_agent.build import BuildConfig, Builder
 from cuda_agent.judge import Candidate, Judge, JudgeConfig
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
@@ -15,15 +16,26 @@ from cuda_agent.workspace import init_workspace
 pytestmark = pytest.mark.gpu
 
 
+RUN_EXAMPLE = """
+import sys, torch
+from cuda_agent.build import load_extension
+ext = load_extension(sys.argv[1])
+x, y = torch.randn(1000, 3, device="cuda"), torch.randn(1000, 3, device="cuda")
+torch.testing.assert_close(ext.example_axpby(x, y, 2.0, -1.0), 2.0 * x - y)
+ext._set_output_poison(True)
+assert torch.isfinite(ext.example_axpby(x, y, 2.0, -1.0)).all()
+print("ok")
+"""
+
+
 def test_example_kernel_builds_and_runs(tmp_path: Path):
     root = init_workspace(load_task("builtin:gelu_bias_scale"), tmp_path / "ws", "cuda")
     result = Builder(BuildConfig(device="cuda")).build(root)
     assert result.ok, result.log
-    ext = load_extension(result.extension_path)
-    x, y = torch.randn(1000, 3, device="cuda"), torch.randn(1000, 3, device="cuda")
-    torch.testing.assert_close(ext.example_axpby(x, y, 2.0, -1.0), 2.0 * x - y)
-    ext._set_output_poison(True)
-    assert torch.isfinite(ext.example_axpby(x, y, 2.0, -1.0)).all()
+    # a fresh process: other tests of this session may have loaded another cuda_extension
+    done = subprocess.run([sys.executable, "-c", RUN_EXAMPLE, str(result.extension_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 def test_builtin_solution_is_judged_correct_and_timed():

@@ -65,8 +65,10 @@ def test_hostile_packs_are_refused(tmp_path: Path):
     pack, _ = _pack(tmp_path, [torch.ones(4)])
     with pytest.raises(TransportError, match="not 300 bytes"):
         open_pack({**pack, "size": 300}, tmp_path, "cpu")
-    with pytest.raises(TransportError, match="kind 'cuda-ipc' on device cpu"):
+    with pytest.raises(TransportError, match="kind 'cuda-ipc'; file expected"):
         open_pack({**pack, "kind": "cuda-ipc"}, tmp_path, "cpu")
+    with pytest.raises(TransportError, match="CUDA IPC pack on device cpu"):
+        open_pack({**pack, "kind": "cuda-ipc"}, tmp_path, "cpu", "cuda-ipc")
     with pytest.raises(TransportError, match="no output pack"):
         open_pack(None, tmp_path, "cpu")
     with pytest.raises(TransportError, match="not a list"):
@@ -108,3 +110,62 @@ def test_cuda_pack_crosses_processes_and_a_lying_pack_is_refused(tmp_path: Path)
     finally:
         proc.stdin.close()
         proc.wait(timeout=30)
+
+
+# --- sealed memory-file packs (confined workers) -------------------------------------------
+
+FILL_AND_TRUNCATE = """
+import os, sys, torch
+from cuda_agent.judge.transport import Packer
+packer = Packer(None, "cpu", "memfd")
+packer.add([torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.ones(5, dtype=torch.int64)])
+print(packer.finish()["size"])
+try:
+    os.ftruncate(int(os.environ["CUDA_AGENT_PACK_FD"]), 0)  # would fault the judge's mapping
+    print("truncated")
+except OSError:
+    print("refused")
+"""
+
+
+def _memfd_worker(capacity: int) -> tuple[int, list[str]]:
+    import os
+    import subprocess
+    import sys
+
+    from cuda_agent.judge import shared_pack
+
+    fd = shared_pack.create(capacity)
+    done = subprocess.run([sys.executable, "-c", FILL_AND_TRUNCATE], pass_fds=(fd,),
+                          env={**os.environ, shared_pack.ENV_FD: str(fd)},
+                          capture_output=True, text=True, timeout=120)
+    return fd, done.stdout.split() or [done.stderr[-500:]]
+
+
+def test_memfd_pack_crosses_processes_and_cannot_be_truncated(tmp_path: Path):
+    import os
+
+    fd, said = _memfd_worker(1 << 20)
+    try:
+        assert said[1] == "refused", said
+        size = int(said[0])
+        descriptors = [{"offset": 0, "nbytes": 24, "dtype": "float32", "shape": [2, 3]},
+                       {"offset": 256, "nbytes": 40, "dtype": "int64", "shape": [5]}]
+        buffer = open_pack({"kind": "memfd", "size": size}, tmp_path, "cpu", "memfd", fd)
+        got = unpack(buffer, descriptors)
+        assert torch.equal(got[0], torch.arange(6, dtype=torch.float32).reshape(2, 3))
+        assert torch.equal(got[1], torch.ones(5, dtype=torch.int64))
+        with pytest.raises(TransportError, match="too small"):
+            open_pack({"kind": "memfd", "size": (1 << 20) + 1}, tmp_path, "cpu", "memfd", fd)
+        with pytest.raises(TransportError, match="expected"):
+            open_pack({"kind": "file", "size": size}, tmp_path, "cpu", "memfd", fd)
+    finally:
+        os.close(fd)
+
+
+def test_outputs_larger_than_the_memfd_pack_fail_in_the_worker():
+    import os
+
+    fd, said = _memfd_worker(128)
+    os.close(fd)
+    assert "exceed the output pack" in " ".join(said), said

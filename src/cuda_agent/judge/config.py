@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v3"
+JUDGE_VERSION = "judge-v4"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -21,6 +21,9 @@ History:
 - judge-v3: on CUDA a time is device time with the whole GPU held before and after the call
   (host launch overhead excluded, work on any stream counted); outputs travel as one packed
   buffer (CUDA IPC or a file), never pickled.
+- judge-v4: the candidate's process is confined (own user, mount, pid, network namespaces;
+  read-only file system but its own folder): it cannot change the caches, the task store or
+  the workspace, and every process it starts is counted and dies with it.
 """
 
 
@@ -49,6 +52,10 @@ class JudgeConfig(BaseModel):
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes when one ends, so "
         "repeated judgements skip interpreter start-up (call Judge.close() when done).")
+    confine: Literal["auto", "on", "off"] = Field(
+        "auto", description="Confine the candidate's process in namespaces of its own "
+        "(read-only file system, private /tmp, no network, own pid namespace). 'auto': where "
+        "the OS allows (results say which in `isolation`); 'on': refuse to judge otherwise.")
     memory_limit_gb: float = Field(32.0, description="Address-space limit of CPU workers.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")

@@ -4,9 +4,11 @@
 
 The reference, the torch.compile baseline and the candidate each run in a fresh process
 (started at once, so their start-up overlaps the build; with baselines cached the reference
-runs during the build). The candidate's job has no reference ``Model``. Each worker packs its
-outputs into one buffer (device memory shared by CUDA IPC, or a file on CPU) that this
-process copies before the worker exits; all comparison happens here. See docs/judge.md.
+runs during the build). The candidate's job has no reference ``Model``, and its process is
+confined (``confine``: read-only file system, private /tmp, no network, own pid namespace).
+Each worker packs its outputs into one buffer (device memory shared by CUDA IPC, or a file)
+that this process copies before the worker exits; all comparison happens here. See
+docs/judge.md.
 """
 
 from __future__ import annotations
@@ -23,13 +25,14 @@ import torch
 
 from cuda_agent.build.builder import Builder
 from cuda_agent.judge import baselines as baseline_cache
+from cuda_agent.judge import confine
 from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.static_check import check_source
 from cuda_agent.judge.timing import stats
-from cuda_agent.judge.transport import TransportError, open_pack, unpack
+from cuda_agent.judge.transport import TransportError, open_pack, pack_kind, unpack
 from cuda_agent.judge.verify import check_outputs, check_timing
 from cuda_agent.judge.worker import without_model
 from cuda_agent.results import JudgeResult
@@ -59,6 +62,10 @@ class Judge:
         self.config = config or JudgeConfig()
         self.device = resolve_device(self.config.device)
         self.builder = Builder(self.config.build.model_copy(update={"device": self.device}))
+        try:
+            self._confinement = confine.confinement(self.config.confine)
+        except confine.ConfinementUnavailable as exc:
+            raise JudgeError(str(exc)) from None
         self._spares: list[Worker] = []
         self._finalizer = weakref.finalize(self, _close_all, self._spares)
 
@@ -75,7 +82,7 @@ class Judge:
     def warm(self, timeout_s: float = 60.0) -> bool:
         """Start spare workers if there are none; wait until they wait for a job."""
         if not self._spares:
-            self._spares.extend(self._worker() for _ in range(2))
+            self._spares.extend(self._pair())
         deadline = time.monotonic() + timeout_s
         return all(w.wait_idle(max(0.0, deadline - time.monotonic())) for w in self._spares)
 
@@ -85,7 +92,7 @@ class Judge:
         with tempfile.TemporaryDirectory(prefix="cuda-agent-judge-") as tmp:
             result = self._judge(task, candidate, Path(tmp), seed, profile)
         if self.config.keep_warm and not self._spares:
-            self._spares.extend(self._worker() for _ in range(2))
+            self._spares.extend(self._pair())
         return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
     def _judge(self, task: Task, candidate: Candidate, tmp: Path, seed: int, profile: bool
@@ -100,7 +107,9 @@ class Judge:
         if problems:
             return verdict.fail(*(f"static check: {p}" for p in problems))
         plan = _Plan(cfg, task, self.device, seed, tmp)
-        workers = [self._spares.pop() if self._spares else self._worker() for _ in range(2)]
+        workers = self._spares[:] if len(self._spares) == 2 else self._pair()
+        self._spares.clear()
+        verdict.isolation = confine.isolation(workers[1])
         try:
             return self._run(verdict, plan, snapshot, candidate.kind, workers, profile)
         finally:
@@ -139,10 +148,12 @@ class Judge:
             base = cached or self._measure_baselines(plan, ref)
         extension = verdict.build.extension_path if verdict.build else None
         tracer = None if extension else self.builder.build_tracer()
+        staged = confine.stage_candidate(cand_worker, snapshot, plan.tmp / "state.pt", kind,
+                                         self.device)
         with verdict.phase("candidate"):
-            cand = cand_worker.run(plan.job("candidate", candidate_dir=str(snapshot),
-                                            extension=extension, tracer=tracer,
-                                            profile=profile), cfg.process_timeout_s, hold=True)
+            cand = cand_worker.run(plan.job("candidate", extension=extension, tracer=tracer,
+                                            profile=profile, **staged),
+                                   cfg.process_timeout_s, hold=True)
         verdict.worker_stages("candidate", cand.result)
         verdict.compiled = cand.ok or cand.result.get("stage") not in (None, "start", "load")
         if not cand.ok:
@@ -152,9 +163,10 @@ class Judge:
                                        "(killed)")
             return verdict.fail(f"candidate failed: {cand.failure}")
         verdict.profile = cand.result.get("profile", "")
+        confine.keep_inline_cache(cand_worker, snapshot, kind)
         with verdict.phase("collect_candidate"):
             try:
-                outputs, timed = plan.collect_candidate(cand, cand_worker)
+                outputs, timed = plan.collect_candidate(cand, cand_worker, staged["pack"])
             except TransportError as exc:
                 outputs = None
                 verdict.reasons.append(f"candidate outputs unreadable: {exc}")
@@ -178,9 +190,13 @@ class Judge:
         """The fixed layer linked alone: on CUDA it carries the timing blocker."""
         return self.builder.build_tracer() if self.device.startswith("cuda") else None
 
-    def _worker(self) -> Worker:
+    def _worker(self, confined: bool = False) -> Worker:
         limit = int(self.config.memory_limit_gb * 2**30) if self.device == "cpu" else None
-        return Worker(limit)
+        return Worker(limit, confine=self._confinement if confined else None)
+
+    def _pair(self) -> list[Worker]:
+        """A reference worker and a (confined) candidate worker."""
+        return [self._worker(), self._worker(confined=True)]
 
     def _measure_baselines(self, plan: _Plan, ref: WorkerOutcome) -> baseline_cache.Baselines:
         cfg = self.config
@@ -244,12 +260,15 @@ class _Plan:
                 "precision": self.task.precision.value, "float64": self.cfg.float64_check,
                 "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
 
-    def _tensors(self, outcome: WorkerOutcome, worker: Worker) -> tuple[dict, Any]:
+    def _tensors(self, outcome: WorkerOutcome, worker: Worker, kind: str | None = None
+                 ) -> tuple[dict, Any]:
         record = outcome.result.get("outputs")
         if not isinstance(record, dict):
             raise TransportError("the worker reported no outputs")
         # compare on the device: large outputs compare far faster there than on the CPU
-        return record, open_pack(record.get("pack"), worker.out_dir, self.device)
+        return record, open_pack(record.get("pack"), worker.out_dir, self.device,
+                                 kind or pack_kind(self.device, confined=False),
+                                 worker.pack_fd)
 
     def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
         if not self.cfg.check:
@@ -263,10 +282,10 @@ class _Plan:
         except (TransportError, KeyError) as exc:
             raise JudgeError(f"reference outputs unreadable: {exc}") from None
 
-    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker
+    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str
                           ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
         """The trial outputs and the timed outputs (with their input-set index)."""
-        record, buffer = self._tensors(outcome, worker)
+        record, buffer = self._tensors(outcome, worker, kind)
         trials, timed = record.get("trials"), record.get("timed")
         if not isinstance(trials, list) or not isinstance(timed, list):
             raise TransportError("output record lacks trials or timed outputs")

@@ -31,6 +31,7 @@ class Verdict:
         self.compile_timing: TimingStats | None = None
         self.time_meaning = ""
         self.profile = ""
+        self.isolation = ""
         self.phases: dict[str, float] = {}
 
     @contextlib.contextmanager
@@ -68,7 +69,7 @@ class Verdict:
             build=self.build, correctness=self.correctness, judge_version=JUDGE_VERSION,
             profile=self.profile, flags=tuple(self.flags), seed=self.seed, timing=self.timing,
             eager_timing=self.eager_timing, compile_timing=self.compile_timing,
-            time_meaning=self.time_meaning,
+            time_meaning=self.time_meaning, isolation=self.isolation,
             phases=tuple((k, round(v, 4)) for k, v in self.phases.items()))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 import sys
 import threading
 from pathlib import Path
@@ -65,7 +66,8 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
 
     if job["check"] and job["role"] == "reference":
         result["stage"] = "forward"
-        _reference_outputs(job, ns, forward, model, Packer(out, device), result, device)
+        _reference_outputs(job, ns, forward, model, Packer(out, device, job.get("pack")), result,
+                           device)
     if job["time"]:
         result["stage"] = "timing"
         blocker = _blocker(_load_tracer(job["tracer"]), device) if job.get("tracer") else None
@@ -135,6 +137,9 @@ def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any], Any, Any]:
         fixed = _load_tracer(job["tracer"]) if job.get("tracer") else None
         import torch.utils.cpp_extension as cpp
 
+        if job.get("inline_cache"):
+            _inline_cache_in(Path(job["inline_cache"]))
+
         def capture(fn):
             def wrapper(*args, **kwargs):
                 module = fn(*args, **kwargs)
@@ -153,6 +158,33 @@ def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any], Any, Any]:
     if not isinstance(model_new, type):
         raise StageError("load", "model_new.py defines no class `ModelNew`")
     return model_new, modules, fixed, blocker
+
+
+INLINE_DIR = "torch_extensions"
+
+
+def _inline_cache_in(seed: Path) -> None:
+    """Compile inline extensions under a fixed path of the private /tmp (so a cached build
+    is found up to date), seeded with this source's earlier build."""
+    import shutil
+    import tempfile
+
+    target = Path(tempfile.gettempdir()) / INLINE_DIR
+    if seed.is_dir():
+        shutil.copytree(seed, target, symlinks=True, dirs_exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(target)
+
+
+def _inline_cache_out(job: dict[str, Any]) -> None:
+    """Hand the inline build back to the judge, which may keep it for this source."""
+    import shutil
+
+    target = Path(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
+    if not job.get("inline_cache") or not target.is_dir():
+        return
+    back = Path(job["inline_cache"])
+    shutil.rmtree(back, ignore_errors=True)
+    shutil.copytree(target, back, symlinks=True)
 
 
 def _blocker(fixed: Any, device: str) -> timing.Blocker | None:
@@ -200,7 +232,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
             raise StageError(stage, "; ".join(problems))
         return outputs
 
-    packer = Packer(out, device)
+    packer = Packer(out, device, job.get("pack"))
     trials, timed = [], []
     if job["check"]:
         result["stage"] = "forward"
@@ -224,6 +256,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         result["crosscheck_calls"] = calls
         result["crosscheck_ms"] = timing.crosscheck(model, inputs, device, calls, mark)
     result["outputs"] = {"pack": packer.finish(), "trials": trials, "timed": timed}
+    _inline_cache_out(job)
 
 
 def _pack(packer: Packer, outputs: Any) -> list[dict[str, Any]]:

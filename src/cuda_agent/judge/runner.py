@@ -1,9 +1,13 @@
 """Start judge workers in their own sessions, hand them jobs, read back their results.
 
 A worker starts at once (importing torch) and waits for its job on stdin, so its start-up
-overlaps the build. It runs in a new session; when it ends, every process left in that
-session is killed and counted. Timing marks come through a pipe that this process reads
-and timestamps with its own clock.
+overlaps the build. It runs in a new session; when it ends, every process it left (in that
+session or below it) is killed and counted. Timing marks come through a pipe that this
+process reads and timestamps with its own clock.
+
+A confined worker (the candidate's) runs in namespaces of its own (``Confinement``): the
+file system read-only except its folder and the paths named writable, a private /tmp, no
+network, and a pid namespace, so nothing it starts outlives it or can signal the judge.
 """
 
 from __future__ import annotations
@@ -22,6 +26,19 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from cuda_agent.judge import shared_pack
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """Where a confined worker may read (``keep``: paths a private /tmp would hide) and
+    write (``rw``) besides its own folder."""
+
+    keep: tuple[str, ...] = ()
+    rw: tuple[str, ...] = ()
+    pack_bytes: int = 64 * 2**30
+    """Capacity of the sealed memory file the worker hands its outputs over in (sparse)."""
 
 
 @dataclass(frozen=True)
@@ -44,17 +61,28 @@ class Worker:
     (its output pack stays mapped) until ``close``.
     """
 
-    def __init__(self, memory_limit_bytes: int | None = None, root: Path | None = None):
+    def __init__(self, memory_limit_bytes: int | None = None, root: Path | None = None,
+                 confine: Confinement | None = None, env: dict[str, str] | None = None):
         self.out_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-worker-", dir=root))
         read_fd, write_fd = os.pipe()
-        env = {**os.environ, "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",
+               "PYTHONDONTWRITEBYTECODE": "1"}
         self._stdout = open(self.out_dir / "stdout.log", "wb")  # noqa: SIM115
         self._stderr = open(self.out_dir / "stderr.log", "wb")  # noqa: SIM115
+        argv = [sys.executable, "-m", "cuda_agent.judge.worker", str(self.out_dir),
+                str(write_fd)]
+        prefix = _confine_prefix(self.out_dir, confine) if confine is not None else None
+        self.confined = prefix is not None
+        self.pack_fd: int | None = None
+        fds = [write_fd]
+        if prefix:
+            self.pack_fd = shared_pack.create(confine.pack_bytes)
+            env[shared_pack.ENV_FD] = str(self.pack_fd)
+            fds.append(self.pack_fd)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cuda_agent.judge.worker", str(self.out_dir),
-             str(write_fd)],
+            prefix + argv if prefix else argv,
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, env=env,
-            pass_fds=(write_fd,), start_new_session=True,
+            pass_fds=tuple(fds), start_new_session=True,
             preexec_fn=_limit_memory(memory_limit_bytes) if memory_limit_bytes else None)
         os.close(write_fd)
         self.marks: list[tuple[str, float]] = []
@@ -116,31 +144,64 @@ class Worker:
     def close(self) -> int:
         """End the worker (it exits once its stdin closes); kill what is left of its session;
         remove its folder. Returns how many other processes it had left running."""
-        if self._leftover is None and self.proc.poll() is None and self._hold:
+        if self._leftover is None and self.proc.poll() is None:
+            self._leftover = self._count_leftovers()  # before the worker's exit hides them
+        if self.proc.poll() is None and self._hold:
             with contextlib.suppress(BrokenPipeError, OSError):
                 self.proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5.0)
         leftover = self._stop()
         shutil.rmtree(self.out_dir, ignore_errors=True)
+        if self.pack_fd is not None:
+            os.close(self.pack_fd)
+            self.pack_fd = None
         return leftover
 
     cancel = close
 
+    def _own(self) -> set[int]:
+        """The processes that are the worker itself: its leader (and, confined, the
+        namespace's init shell and the interpreter it started first)."""
+        own = {self.proc.pid}
+        if self.confined:
+            tree = _process_tree()
+            inits = [p for p, (ppid, _) in tree.items() if ppid == self.proc.pid]
+            own.update(inits)
+            for init in inits:
+                children = sorted((start, p) for p, (ppid, start) in tree.items()
+                                  if ppid == init)
+                own.update(p for _, p in children[:1])
+        return own
+
+    def _count_leftovers(self) -> int:
+        """Processes running below the worker, or in its session, other than itself."""
+        return len((_descendants(self.proc.pid) | _session(self.proc.pid)) - self._own())
+
     def _stop(self) -> int:
-        """Kill the worker's session and group; return how many other processes were left."""
-        if self._leftover is not None:
-            return self._leftover
-        leftover = _kill_session(self.proc.pid)
+        """Kill the worker's session, group and every process below it; return how many
+        other processes were left (counted once, before any was killed)."""
+        if self._leftover is None:
+            self._leftover = self._count_leftovers()
+        for _ in range(50):
+            victims = _descendants(self.proc.pid) | _session(self.proc.pid)
+            victims.discard(self.proc.pid)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            for pid in victims:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            if not victims:
+                break
+            time.sleep(0.01)
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
         self._stdout.close()
         self._stderr.close()
-        self._leftover = leftover
-        return leftover
+        return self._leftover
 
     def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int
                  ) -> WorkerOutcome:
@@ -151,6 +212,8 @@ class Worker:
         stage_path = out / "stage"
         stage = stage_path.read_text() if stage_path.exists() else "start"
         marks = tuple(self.marks)
+        if self.confined and code is not None and code > 128:
+            code = 128 - code  # the init shell reports a child killed by signal N as 128 + N
         if timed_out:
             return WorkerOutcome(False, result, f"timed out after {timeout_s:.0f} s "
                                  f"(stage: {stage})", stderr_tail, marks, leftover)
@@ -177,21 +240,51 @@ def _limit_memory(limit: int):
     return apply
 
 
-def _kill_session(sid: int) -> int:
-    """SIGKILL every process of session ``sid`` other than its leader; return how many."""
-    killed = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == sid:
+def _confine_prefix(out_dir: Path, confine: Confinement) -> list[str] | None:
+    """The argv prefix that confines a worker, or None where namespaces cannot be made."""
+    from cuda_agent.execution.sandbox_local import confine_argv, namespace_prefix
+
+    prefix = namespace_prefix(network=False)
+    if prefix is None:
+        return None
+    return confine_argv(prefix, out_dir, list(confine.keep), list(confine.rw), init=True)
+
+
+def _stat_all() -> dict[int, list[bytes]]:
+    """The fields after the command name of /proc/PID/stat, for every process."""
+    out = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                out[int(entry.name)] = handle.read().rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             continue
-        if int(fields[3]) == sid:  # field 6 of stat: session id
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
+    return out
+
+
+def _process_tree() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time) of every process."""
+    return {pid: (int(f[1]), int(f[19])) for pid, f in _stat_all().items() if len(f) > 19}
+
+
+def _descendants(root: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in _process_tree().items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = set(), [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _session(sid: int) -> set[int]:
+    """The processes of session ``sid`` other than its leader."""
+    return {pid for pid, f in _stat_all().items() if int(f[3]) == sid and pid != sid}
 
 
 def _describe_exit(code: int | None, stderr_tail: str) -> str:

@@ -147,6 +147,11 @@ def device_sample(main_ms: float, tail_ms: float, residual_ms: float, post_ref_m
             + max(0.0, residual_ms - idle_residual_ms))
 
 
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
 def pre_block_ns(host_ms: float) -> int:
     """``blocker_pre``'s length: twice the host time of one call plus 20 us, clamped."""
     low, high = PRE_NS_RANGE
@@ -189,10 +194,10 @@ class _DeviceTimer:
             _, _, tail, residual = self.call(lambda: None, [])
             tails.append(tail)
             residuals.append(residual)
-        # upper bounds, not medians: an honest call's jitter must add nothing to its sample
-        # (a one-sided term at the median adds noise to half the samples)
-        self.post_ref_ms = max(tails) + TAIL_SLACK_MS
-        self.idle_ms = max(residuals)
+        # high percentiles, not medians: a one-sided term at the median adds noise to half
+        # the samples; not maxima either: one outlier would hide work that delays the tail
+        self.post_ref_ms = _percentile(tails, 0.9) + TAIL_SLACK_MS
+        self.idle_ms = _percentile(residuals, 0.9)
         self.pre_ns = pre_block_ns(host_ms)
 
     def time(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[Any, float, float]:

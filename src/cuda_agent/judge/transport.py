@@ -4,9 +4,12 @@ A worker copies every tensor it reports into one flat byte buffer (each tensor c
 aligned to ``ALIGN`` bytes) and describes each by offset, byte count, dtype and shape. On
 CUDA the buffer stays in device memory: its CUDA IPC handle travels in the JSON, the judge
 maps it, checks that the range it was told about lies inside the mapped allocation, copies
-the bytes into its own memory and only then lets the worker exit. On CPU the buffer is a
-file in the worker's folder. Nothing is unpickled; every field is checked before use, so a
-hostile candidate's process can make its own outputs unreadable, never the judge unhealthy.
+the bytes into its own memory and only then lets the worker exit. From a confined worker
+(CUDA IPC does not cross pid namespaces) the buffer is a sealed memory file the judge
+created (``shared_pack``); otherwise on CPU it is a file in the worker's folder. The judge
+names the kind it expects; any other is refused. Nothing is unpickled; every field is
+checked before use, so a hostile candidate's process can make its own outputs unreadable,
+never the judge unhealthy.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from __future__ import annotations
 import base64
 import ctypes
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from cuda_agent.judge import shared_pack
 
 ALIGN = 256
 DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -36,11 +42,15 @@ class TransportError(RuntimeError):
 class Packer:
     """Collect tensors in the order reported; ``finish`` writes the pack and describes it."""
 
-    def __init__(self, folder: Path, device: str):
-        self.folder, self.cuda = folder, device.startswith("cuda")
+    def __init__(self, folder: Path, device: str, kind: str | None = None):
+        self.kind = kind or pack_kind(device, confined=False)
+        if self.kind not in ("file", "cuda-ipc", "memfd"):
+            raise TransportError(f"unknown pack kind {self.kind!r}")
+        self.folder, self.cuda = folder, self.kind == "cuda-ipc"
         self.parts: list[tuple[int, torch.Tensor]] = []
         self.size = 0
-        self._file = None if self.cuda else (folder / "outputs.bin").open("wb")
+        self._fd = int(os.environ[shared_pack.ENV_FD]) if self.kind == "memfd" else None
+        self._file = (folder / "outputs.bin").open("wb") if self.kind == "file" else None
 
     def add(self, values: list[Any]) -> list[dict[str, Any]]:
         """Copy each plain tensor of ``values`` now (later writes to it do not count)."""
@@ -53,9 +63,14 @@ class Packer:
             offset = self.size
             if self.cuda:
                 self.parts.append((offset, data.clone()))
+            elif self._fd is not None:
+                if offset + data.numel() > shared_pack.capacity(self._fd):
+                    raise TransportError("the outputs exceed the output pack's "
+                                         f"{shared_pack.capacity(self._fd)} bytes")
+                shared_pack.write(self._fd, offset, data)
             else:
                 self._file.seek(offset)
-                self._file.write(data.numpy().tobytes())
+                self._file.write(data.cpu().numpy().tobytes())
             self.size = offset + _aligned(data.numel())
             descriptors.append({"offset": offset, "nbytes": data.numel(),
                                 "dtype": str(value.dtype).removeprefix("torch."),
@@ -63,6 +78,8 @@ class Packer:
         return descriptors
 
     def finish(self) -> dict[str, Any]:
+        if self._fd is not None:
+            return {"kind": "memfd", "size": self.size}
         if not self.cuda:
             self._file.truncate(self.size)
             self._file.close()
@@ -82,19 +99,41 @@ class Packer:
                 "event_sync": bool(event_sync)}
 
 
-def open_pack(pack: Any, folder: Path, device: str) -> torch.Tensor:
-    """The pack's bytes, copied into memory this process owns (on ``device``)."""
+def pack_kind(device: str, confined: bool) -> str:
+    """How a worker on ``device`` hands over its outputs: a sealed memory file from a worker
+    in its own pid namespace, else device memory by CUDA IPC, or a file on CPU."""
+    if confined:
+        return "memfd"
+    return "cuda-ipc" if device.startswith("cuda") else "file"
+
+
+def open_pack(pack: Any, folder: Path, device: str, kind: str | None = None,
+              pack_fd: int | None = None) -> torch.Tensor:
+    """The pack's bytes, copied into memory this process owns (on ``device``); ``kind`` is
+    the kind the worker was told to use (default: ``pack_kind(device, False)``), ``pack_fd``
+    the judge's descriptor of a ``memfd`` pack."""
     if not isinstance(pack, dict):
         raise TransportError("no output pack described")
     size = _int(pack.get("size"), "size")
-    if pack.get("kind") == "file" and not device.startswith("cuda"):
-        path = folder / "outputs.bin"
-        if not path.is_file() or path.stat().st_size != size:
-            raise TransportError(f"output pack is missing or not {size} bytes")
-        return torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8)
-    if pack.get("kind") == "cuda-ipc" and device.startswith("cuda"):
+    expected = kind or pack_kind(device, confined=False)
+    if pack.get("kind") != expected:
+        raise TransportError(f"output pack of kind {pack.get('kind')!r}; {expected} expected")
+    if expected == "cuda-ipc":
+        if not device.startswith("cuda"):
+            raise TransportError(f"a CUDA IPC pack on device {device}")
         return _open_ipc(pack, size)
-    raise TransportError(f"output pack of kind {pack.get('kind')!r} on device {device}")
+    if expected == "memfd":
+        if pack_fd is None:
+            raise TransportError("a memory-file pack, but the worker was given none")
+        try:
+            return shared_pack.read(pack_fd, size, device)
+        except ValueError as exc:
+            raise TransportError(str(exc)) from None
+    path = folder / "outputs.bin"
+    if path.is_symlink() or not path.is_file() or path.stat().st_size != size:
+        raise TransportError(f"output pack is missing or not {size} bytes")
+    buffer = torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8)
+    return buffer.to(device) if device.startswith("cuda") else buffer
 
 
 def unpack(buffer: torch.Tensor, descriptors: Any) -> list[torch.Tensor]:
@@ -129,6 +168,9 @@ def _open_ipc(pack: dict[str, Any], size: int) -> torch.Tensor:
     storage_bytes = _int(pack.get("storage_bytes"), "storage_bytes")
     if size > storage_bytes:
         raise TransportError("output pack larger than its storage")
+    # mapping a handle before this process has a CUDA context on the device segfaults
+    torch.cuda.init()
+    torch.empty(1, device=f"cuda:{device}")
     try:
         storage = torch.UntypedStorage._new_shared_cuda(
             device, _unb64(pack.get("handle")), storage_bytes,

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from cuda_agent.execution.sandbox_local import namespaces_work
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import WorkspaceError, init_workspace, read_workspace
 from tests.judge.adversarial.helpers import (
@@ -105,44 +108,61 @@ import subprocess
 import threading
 import time
 
-_child = subprocess.Popen(["sleep", "1000"], start_new_session={new_session})
-with open(os.environ["ADVERSARIAL_PID_FILE"], "a") as _handle:
-    _handle.write(f"{{_child.pid}}\\n")
+_child = subprocess.Popen(["sleep", "{token}"], start_new_session={new_session})
 threading.Thread(target=time.sleep, args=(1000,)).start()  # not a daemon
 '''
 
 
-def _kill(pid_files: list[Path]) -> None:
-    for path in pid_files:
-        for pid in path.read_text().split() if path.exists() else []:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(pid), signal.SIGKILL)
+def running_with(token: str) -> list[int]:
+    """Pids of live processes whose command line holds ``token`` (found from outside any
+    namespace the candidate ran in, where its own pid numbers mean nothing)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if token.encode() in argv and process_alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
 
 
-SANDBOX_NEEDED = pytest.mark.xfail(
-    strict=True, reason="the candidate runs as the judge's own user: it can write the "
-    "caches and leave the session; the sandbox (user and namespace separation) closes this")
+def _kill(token: str) -> None:
+    for pid in running_with(token):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+needs_namespaces = pytest.mark.skipif(
+    not namespaces_work(), reason="the candidate's confinement needs user/mount/pid "
+    "namespaces, which this machine cannot make")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("new_session", [False, pytest.param(True, marks=SANDBOX_NEEDED)],
+@pytest.mark.parametrize("new_session", [False, pytest.param(True, marks=needs_namespaces)],
                          ids=["same-session", "own-session"])
-def test_leftover_processes_and_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                        new_session: bool):
+def test_leftover_processes_and_threads(tmp_path: Path, new_session: bool):
     task = write_task(tmp_path, "scale_add")
-    candidate = hostile(tmp_path / "hostile", LEFTOVERS.format(new_session=new_session))
-    naive_pids, judge_pids = tmp_path / "naive.pids", tmp_path / "judge.pids"
+    naive_token, judge_token = (f"{1000 + secrets.randbelow(10**6) / 10**7:.7f}"
+                                for _ in range(2))
     try:
-        monkeypatch.setenv("ADVERSARIAL_PID_FILE", str(naive_pids))
-        assert run_naive(task, candidate)[0]
-        monkeypatch.setenv("ADVERSARIAL_PID_FILE", str(judge_pids))
-        judge(task, candidate)
-        pids = [int(p) for p in judge_pids.read_text().split()]
-        assert pids and not [p for p in pids if process_alive(p)], "leftover still running"
+        naive = hostile(tmp_path / "naive", LEFTOVERS.format(new_session=new_session,
+                                                             token=naive_token))
+        assert run_naive(task, naive)[0]
+        candidate = hostile(tmp_path / "hostile", LEFTOVERS.format(new_session=new_session,
+                                                                   token=judge_token))
+        result = judge(task, candidate)
+        assert result.reward == -1, said(result)
+        assert any("left" in r and "process" in r or "thread" in r for r in result.reasons), \
+            said(result)
+        assert not running_with(judge_token), "leftover still running"
         result = judge(task, write_scale_add(tmp_path / "honest"))
         assert result.correct and result.reward >= 1, said(result)
     finally:
-        _kill([naive_pids, judge_pids])
+        _kill(naive_token)
+        _kill(judge_token)
 
 
 # the build cache: every cached object defining scale_add_launch replaced by a wrong one
@@ -208,7 +228,7 @@ def _naive_elsewhere(tmp_path: Path, task: Path, candidate: Path) -> bool:
 
 
 @pytest.mark.slow
-@SANDBOX_NEEDED
+@needs_namespaces
 def test_build_cache_poisoned_by_a_candidate_does_not_affect_later_judgements(
         tmp_path: Path, private_home: Path):
     task = write_task(tmp_path, "scale_add")
@@ -222,7 +242,7 @@ def test_build_cache_poisoned_by_a_candidate_does_not_affect_later_judgements(
 
 
 @pytest.mark.slow
-@SANDBOX_NEEDED
+@needs_namespaces
 def test_baseline_cache_inflated_by_a_candidate_does_not_affect_later_judgements(
         tmp_path: Path, private_home: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # steadier timings on a small machine
@@ -250,3 +270,36 @@ def test_task_store_rewritten_by_a_candidate_does_not_change_the_reference(
         return  # a tampered store refused is as good as one never tampered with
     assert "self.alpha * x + y" in stored.code, "the stored reference was rewritten"
     assert judge(stored, root).reward == -1
+
+
+# signalling other processes: the candidate kills a process it was told the pid of
+KILL_BYSTANDER = '''
+import os
+import signal
+
+os.kill(int(os.environ["ADVERSARIAL_BYSTANDER"]), signal.SIGKILL)
+'''
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_candidate_cannot_signal_processes_outside_its_own(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch):
+    task = write_task(tmp_path, "scale_add")
+    candidate = hostile(tmp_path / "hostile", KILL_BYSTANDER)
+    naive_bystander = subprocess.Popen(["sleep", "1000"])
+    judge_bystander = subprocess.Popen(["sleep", "1000"])
+    try:
+        monkeypatch.setenv("ADVERSARIAL_BYSTANDER", str(naive_bystander.pid))
+        run_naive(task, candidate)
+        assert naive_bystander.wait(timeout=10) == -signal.SIGKILL  # the hack reaches it
+        monkeypatch.setenv("ADVERSARIAL_BYSTANDER", str(judge_bystander.pid))
+        result = judge(task, candidate)
+        assert judge_bystander.poll() is None, "the candidate killed a process outside it"
+        assert result.isolation == "namespaces"
+        assert result.reward == -1 and "ProcessLookupError" in " ".join(result.reasons), \
+            said(result)
+    finally:
+        for proc in (naive_bystander, judge_bystander):
+            proc.kill()
+            proc.wait()

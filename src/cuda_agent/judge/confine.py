@@ -1,0 +1,105 @@
+"""Confine the candidate's process: what it may read and write, and how its files reach it.
+
+The candidate's worker runs in namespaces of its own (``runner.Confinement``, built on the
+local sandbox's ``unshare`` confinement): the whole file system read-only, so the build
+cache, the baseline cache, the task store and the workspace cannot be changed; a private
+/tmp; no network; a pid namespace, so every process it starts dies with it and it cannot
+signal the judge. Its own folder is its only writable place, so the judge copies in what it
+needs: ``model_new.py``, the reference weights and, for a single-file candidate that
+compiles inline, that candidate's own compile cache (keyed by the hash of its source, so
+one candidate can never place a library another will load). Its outputs come back in a
+sealed memory file the judge created (``shared_pack``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from cuda_agent.judge.runner import Confinement, Worker
+from cuda_agent.judge.transport import pack_kind
+from cuda_agent.paths import home_dir
+
+ISOLATION_NAMESPACES = "namespaces"
+ISOLATION_SESSION = "session"
+
+
+class ConfinementUnavailable(RuntimeError):
+    """``confine='on'`` was asked for where namespaces cannot be made."""
+
+
+def confinement(mode: str) -> Confinement | None:
+    """The confinement for candidate workers under ``JudgeConfig.confine``, or None."""
+    if mode == "off":
+        return None
+    from cuda_agent.execution.sandbox import SandboxConfig, hidden_needs
+    from cuda_agent.execution.sandbox_local import namespaces_work
+
+    if not namespaces_work():
+        if mode == "on":
+            raise ConfinementUnavailable(
+                "confine='on' but user/mount/pid namespaces cannot be made here (needs "
+                "util-linux unshare and root or unprivileged user namespaces)")
+        return None
+    home = home_dir()
+    home.mkdir(parents=True, exist_ok=True)  # must exist now to be bound into the namespace
+    paths = [str(home), *(p for p in sys.path if p)]
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return Confinement(keep=tuple(hidden_needs(SandboxConfig(ro_paths=paths))),
+                       pack_bytes=min(64 * 2**30, ram // 2))
+
+
+def isolation(worker: Worker) -> str:
+    return ISOLATION_NAMESPACES if worker.confined else ISOLATION_SESSION
+
+
+def stage_candidate(worker: Worker, snapshot: Path, state: Path, kind: str, device: str
+                    ) -> dict[str, Any]:
+    """Copy what the candidate's worker reads into its folder; return the job's fields
+    that point there."""
+    if not worker.confined:
+        return {"candidate_dir": str(snapshot), "state_path": str(state),
+                "pack": pack_kind(device, confined=False)}
+    folder = worker.out_dir / "candidate"
+    folder.mkdir()
+    shutil.copyfile(snapshot / "model_new.py", folder / "model_new.py")
+    if state.exists():
+        shutil.copyfile(state, worker.out_dir / "state.pt")
+    fields = {"candidate_dir": str(folder), "state_path": str(worker.out_dir / "state.pt"),
+              "pack": pack_kind(device, confined=True)}
+    if kind == "file":
+        inline = worker.out_dir / "inline"
+        cached = _inline_cache(snapshot)
+        if cached.is_dir():
+            shutil.copytree(cached, inline, symlinks=True)
+        fields["inline_cache"] = str(inline)
+    return fields
+
+
+def keep_inline_cache(worker: Worker, snapshot: Path, kind: str) -> None:
+    """After a file candidate ran confined: keep what it compiled for the next judgement of
+    the same source (the first compile of a source wins; nothing else is ever replaced)."""
+    inline = worker.out_dir / "inline"
+    if kind != "file" or not worker.confined or not inline.is_dir():
+        return
+    cached = _inline_cache(snapshot)
+    if cached.exists():
+        return
+    staging = cached.with_name(cached.name + ".tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        shutil.copytree(inline, staging, symlinks=True)
+        staging.rename(cached)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _inline_cache(snapshot: Path) -> Path:
+    digest = hashlib.sha256((snapshot / "model_new.py").read_bytes()).hexdigest()[:24]
+    root = home_dir() / "inline"
+    root.mkdir(parents=True, exist_ok=True)
+    return root / digest
