@@ -8,4 +8,4 @@ PYTHON=${PYTHON:-python3}
 . .venv/bin/activate
 python -m pip install -q --upgrade pip
 python -c "import torch" 2>/dev/null || python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
-python -m pip install -q -e ".[dev]"
+python -m pip install -q -e ".[dev,ray]"

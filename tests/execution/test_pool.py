@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -17,6 +16,7 @@ from cuda_agent.results import JudgeResult
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
 from tests.conftest import SCALE_ADD_TASK, write_solution
+from tests.execution.helpers import alive, wait_for
 
 FAST = JudgeConfig(device="cpu", time=False, trials=2, scales=())
 
@@ -30,21 +30,6 @@ def job(tmp_path_factory: pytest.TempPathFactory):
     root = init_workspace(task, folder / "ws", "cpu")
     write_solution(root)
     return task, root
-
-
-def _wait_for(condition, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_honest_jobs_on_two_cpu_workers(job):
@@ -62,7 +47,7 @@ def test_killed_worker_is_replaced_and_job_retried(job):
     task, root = job
     with JudgePool(PoolConfig(gpus=[], judge=FAST, retries=1)) as pool:
         handle = pool.submit(task, root, _debug_sleep_s=1.0)
-        _wait_for(lambda: handle.worker_pid is not None)
+        wait_for(lambda: handle.worker_pid is not None)
         first = handle.worker_pid
         os.kill(first, signal.SIGKILL)
         result = handle.result(timeout=120)
@@ -81,7 +66,7 @@ def test_hung_worker_is_replaced_and_job_fails_with_reason(job):
         failed = hung.result(timeout=120)
         stats = pool.stats()
         pids = pool.worker_pids()
-        assert len(pids) == 1 and _alive(pids[0])  # the replacement
+        assert len(pids) == 1 and alive(pids[0])  # the replacement
     assert isinstance(failed, JobFailed) and failed.attempts == 2
     assert "worker hung" in failed.reason and "after 2 attempts" in failed.reason
     assert (stats.done, stats.failed, stats.replaced) == (0, 1, 2)
@@ -91,14 +76,14 @@ def test_close_kills_workers_and_their_children_and_fails_pending_jobs(job):
     task, root = job
     pool = JudgePool(PoolConfig(gpus=[], judge=FAST))
     handles = [pool.submit(task, root) for _ in range(2)]
-    _wait_for(lambda: handles[0].worker_pid is not None)
+    wait_for(lambda: handles[0].worker_pid is not None)
     pid = handles[0].worker_pid
-    _wait_for(lambda: len(_descendants(pid)) >= 2)  # the judge's own worker processes
+    wait_for(lambda: len(_descendants(pid)) >= 2)  # the judge's own worker processes
     tree = [pid, *_descendants(pid)]
     pool.close()
     results = [h.result(timeout=5) for h in handles]
     assert all(isinstance(r, JobFailed) and r.reason == "pool closed" for r in results)
-    _wait_for(lambda: not any(_alive(p) for p in tree), timeout_s=10)
+    wait_for(lambda: not any(alive(p) for p in tree), timeout_s=10)
     with pytest.raises(RuntimeError, match="closed"):
         pool.submit(task, root)
 

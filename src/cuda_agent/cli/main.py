@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from cuda_agent.cli import judge_cmd, synth_cmd, tasks_cmd, workspace_cmd
+from cuda_agent.cli import (
+    judge_cmd,
+    serve_cmd,
+    synth_cmd,
+    tasks_cmd,
+    workspace_cmd,
+)
 
 app = typer.Typer(
     name="cuda-agent",
@@ -18,6 +24,7 @@ app.add_typer(workspace_cmd.app, name="workspace")
 app.add_typer(synth_cmd.app, name="synth")
 app.command("judge")(judge_cmd.judge)
 app.command("demo")(judge_cmd.demo)
+app.command("serve")(serve_cmd.serve)
 
 
 def main() -> None:

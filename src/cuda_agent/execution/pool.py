@@ -14,24 +14,26 @@ started) and retries its job, up to ``retries`` times; every job ends with a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import multiprocessing
 import os
 import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
-from concurrent.futures import Future
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from cuda_agent.execution.backend import (
+    Job,
+    JobEnds,
+    JobHandle,
+    judge_result,
+)
 from cuda_agent.execution.pool_worker import worker_main
 from cuda_agent.judge.config import JudgeConfig
-from cuda_agent.results import BuildResult, CorrectnessResult, JudgeResult, TimingStats
 from cuda_agent.tasks.task import Task
 
 
@@ -52,64 +54,12 @@ class PoolConfig(BaseModel):
         "merely fails is a verdict and is not retried).")
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="Each worker's judge "
                                "(keep_warm is forced on; device follows the worker).")
-
-
-@dataclasses.dataclass(frozen=True)
-class JobFailed:
-    """A job that produced no verdict: its worker kept dying or hanging, or the judge erred."""
-
-    task: str
-    reason: str
-    attempts: int
-
-
-@dataclasses.dataclass(frozen=True)
-class PoolStats:
-    """A snapshot of the pool's progress."""
-
-    workers: int
-    queued: int
-    running: int
-    done: int
-    failed: int
-    replaced: int
-
-
-@dataclasses.dataclass
-class _Job:
-    id: int
-    task: str
-    message: dict[str, Any]
-    future: Future
-    attempts: int = 0
-    pid: int | None = None
-
-
-class JobHandle:
-    """A submitted job: ``result()`` blocks for its ``JudgeResult`` or ``JobFailed``."""
-
-    def __init__(self, job: _Job):
-        self._job = job
-
-    @property
-    def id(self) -> int:
-        return self._job.id
-
-    @property
-    def attempts(self) -> int:
-        """How many times the job has been handed to a worker."""
-        return self._job.attempts
-
-    @property
-    def worker_pid(self) -> int | None:
-        """The worker running it now (None while queued or once done)."""
-        return self._job.pid
-
-    def done(self) -> bool:
-        return self._job.future.done()
-
-    def result(self, timeout: float | None = None) -> JudgeResult | JobFailed:
-        return self._job.future.result(timeout)
+    backend: Literal["local", "ray"] = Field(
+        "local", description="What ``make_pool`` builds: 'local' worker processes on this "
+        "machine, or 'ray' actors on a Ray cluster (the optional extra '[ray]').")
+    ray_address: str | None = Field(
+        None, description="Ray backend only: None starts (or reuses) a Ray instance on this "
+        "machine; 'auto' or 'ray://HOST:10001' joins a running cluster.")
 
 
 class _Slot:
@@ -124,7 +74,7 @@ class _Slot:
         child.close()
         self.started = time.monotonic()
         self.ready = False
-        self.job: _Job | None = None
+        self.job: Job | None = None
         self.since = 0.0
 
     def kill(self) -> None:
@@ -140,7 +90,7 @@ class _Slot:
         self.conn.close()
 
 
-class JudgePool:
+class JudgePool(JobEnds):
     """Judge workers behind one queue; use as a context manager or call ``close()``."""
 
     def __init__(self, config: PoolConfig | None = None):
@@ -148,7 +98,7 @@ class JudgePool:
         self._ctx = multiprocessing.get_context("spawn")
         self._judge = self.config.judge.model_dump()
         self._lock = threading.Lock()
-        self._queue: deque[_Job] = deque()
+        self._queue: deque[Job] = deque()
         self._next_id = 0
         self._done = self._failed = self._replaced = 0
         self._closed = threading.Event()
@@ -179,26 +129,10 @@ class JudgePool:
         ``_debug_sleep_s`` makes the worker sleep before judging: for tests of hung workers.
         """
         with self._lock:
-            if self._closed.is_set():
-                raise RuntimeError("the pool is closed")
-            self._next_id += 1
-            message = {"id": self._next_id, "task": task.model_dump(),
-                       "candidate": str(candidate), "_debug_sleep_s": _debug_sleep_s}
-            job = _Job(self._next_id, task.name, message, Future())
-            self._queue.append(job)
-        return JobHandle(job)
+            return self._enqueue(task, str(candidate), _debug_sleep_s)
 
-    def map(self, jobs: Iterable[tuple[Task, str | Path]], timeout: float | None = None
-            ) -> list[JudgeResult | JobFailed]:
-        """Judge every (task, candidate) pair; results in the order given."""
-        handles = [self.submit(task, candidate) for task, candidate in jobs]
-        return [h.result(timeout) for h in handles]
-
-    def stats(self) -> PoolStats:
-        with self._lock:
-            running = sum(slot.job is not None for slot in self._slots)
-            return PoolStats(len(self._slots), len(self._queue), running, self._done,
-                             self._failed, self._replaced)
+    def _workers(self) -> list[_Slot]:
+        return self._slots
 
     def worker_pids(self) -> list[int]:
         with self._lock:
@@ -283,7 +217,7 @@ class JudgePool:
             return f"worker CUDA context failed: {message.get('reason', '')[:300]}"
         slot.job = None
         if message["ok"]:
-            self._finish(job, _judge_result(message["result"]), None)
+            self._finish(job, judge_result(message["result"]), None)
         else:
             self._finish(job, None, message.get("reason", "unknown failure"))
         return None
@@ -295,22 +229,7 @@ class JudgePool:
         self._slots[self._slots.index(slot)] = _Slot(self._ctx, slot.gpu, self._judge)
         if job is None:
             return
-        job.pid = None
-        if job.attempts <= self.config.retries:
-            self._queue.appendleft(job)
-        else:
-            self._finish(job, None, f"{reason} (after {job.attempts} attempts)")
-
-    def _finish(self, job: _Job, result: JudgeResult | None, reason: str | None) -> None:
-        job.pid = None
-        if job.future.done():
-            return
-        if result is not None:
-            self._done += 1
-            job.future.set_result(result)
-        else:
-            self._failed += 1
-            job.future.set_result(JobFailed(job.task, reason or "", job.attempts))
+        self._retry_or_fail(job, reason)
 
 
 def _visible_gpus() -> list[int]:
@@ -337,20 +256,3 @@ def _descendants(pid: int) -> list[int]:
         found.extend(children)
         todo.extend(children)
     return found
-
-
-def _judge_result(data: dict[str, Any]) -> JudgeResult:
-    """Rebuild a ``JudgeResult`` from its ``to_dict`` form."""
-    fields = dict(data)
-    if fields.get("build"):
-        fields["build"] = BuildResult.from_dict(fields["build"])
-    if fields.get("correctness"):
-        found = fields["correctness"]
-        fields["correctness"] = CorrectnessResult(**{**found, "reasons": tuple(found["reasons"])})
-    for key in ("timing", "eager_timing", "compile_timing"):
-        if fields.get(key):
-            fields[key] = TimingStats(**fields[key])
-    for key in ("reasons", "flags"):
-        fields[key] = tuple(fields.get(key, ()))
-    fields["phases"] = tuple(tuple(p) for p in fields.get("phases", ()))
-    return JudgeResult(**fields)

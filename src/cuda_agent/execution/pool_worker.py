@@ -45,7 +45,7 @@ def worker_main(conn: Connection, gpu: int | None, judge_config: dict[str, Any])
                 return
             if job is None:
                 return
-            reply = _serve(judge, job)
+            reply = serve_job(judge, job)
             conn.send(reply)
             if reply.get("poisoned"):
                 os._exit(POISONED_EXIT)
@@ -53,7 +53,8 @@ def worker_main(conn: Connection, gpu: int | None, judge_config: dict[str, Any])
         judge.close()
 
 
-def _serve(judge: Any, job: dict[str, Any]) -> dict[str, Any]:
+def serve_job(judge: Any, job: dict[str, Any]) -> dict[str, Any]:
+    """Judge one job message with ``judge``; the reply message (shared by both pools)."""
     from cuda_agent.judge import Candidate
     from cuda_agent.judge.judge import JudgeError
     from cuda_agent.results import to_dict
