@@ -1,0 +1,1 @@
+"""The agent: a ReAct loop over a workspace, its tools, policies and trajectories."""

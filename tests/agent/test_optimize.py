@@ -1,0 +1,55 @@
+"""`cuda-agent optimize`, the main job: the shipped replay writes, breaks, fixes and speeds up
+the built-in example's kernel on the CPU, and the result folder holds what it promises."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cuda_agent.agent.trajectory import read_trajectory
+from cuda_agent.cli.main import app
+
+runner = CliRunner()
+
+
+@pytest.mark.slow
+def test_optimize_builtin_replay_end_to_end(tmp_path: Path):
+    out = tmp_path / "run"
+    done = runner.invoke(app, ["optimize", "--device", "cpu", "--out", str(out),
+                               "--set", "trials=2", "--set", "time_compile=false"])
+    assert done.exit_code == 0, done.output
+    judged = json.loads((out / "judge.json").read_text())
+    assert judged["correct"] and judged["reward"] >= 2, judged  # faster than eager
+    assert (out / "result" / "model_new.py").read_text().count("cuda_extension") >= 1
+    assert "#pragma omp parallel" in (out / "result/kernels/gelu_bias_scale.cpp").read_text()
+    report = (out / "report.md").read_text()
+    assert "reward: **" in report and "kernels/gelu_bias_scale.cpp" in report
+    trajectory = read_trajectory(out / "trajectory.jsonl")
+    records = trajectory.records
+    builds = [r for r in records if r["type"] == "tool_result" and r["name"] == "build"]
+    assert [b["ok"] for b in builds] == [False, True, True]  # broken, fixed, sped up
+    assert "gelu_bias_scale.cpp:" in builds[0]["output"]  # the error names file and line
+    assert records[-1]["type"] == "episode_end"
+    assert records[-1]["result"]["stop_reason"] == "done"
+
+
+def test_builtin_replay_refuses_other_tasks(tmp_path: Path, scale_add_task: Path):
+    done = runner.invoke(app, ["optimize", str(scale_add_task), "--device", "cpu",
+                               "--out", str(tmp_path / "run")])
+    assert done.exit_code == 2
+    assert "built-in replay solves builtin:gelu_bias_scale only" in done.output
+
+
+def test_optimize_refuses_a_used_folder_and_a_bad_model(tmp_path: Path):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "keep.txt").write_text("mine")
+    done = runner.invoke(app, ["optimize", "--device", "cpu", "--out", str(used)])
+    assert done.exit_code == 2 and "not empty" in done.output
+    assert (used / "keep.txt").read_text() == "mine"
+    done = runner.invoke(app, ["optimize", "--device", "cpu", "--model", "gpt:x",
+                               "--out", str(tmp_path / "run")])
+    assert done.exit_code == 2 and "accepted forms" in done.output
