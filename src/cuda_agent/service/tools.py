@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from cuda_agent.build import Builder
-from cuda_agent.execution.pool import JobFailed, JudgePool, PoolConfig, PoolStats
+from cuda_agent.execution.backend import JobFailed, PoolStats
+from cuda_agent.execution.pool import JudgePool, PoolConfig
 from cuda_agent.execution.sandbox import (
     CommandResult,
     Sandbox,
