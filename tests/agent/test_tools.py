@@ -126,6 +126,7 @@ def test_shell_runs_in_workspace_and_caps_output(box: Toolbox, workspace: Path):
     assert big.ok and len(big.output) < 2200 and "characters cut" in big.output
 
 
+@pytest.mark.serial
 def test_shell_timeout(workspace: Path):
     box = Toolbox(workspace, ToolsConfig(shell_timeout_s=0.5))
     result = box.call("shell", {"command": "sleep 5"})

@@ -114,6 +114,7 @@ def test_fill_disk_stops_at_file_size_limit(backend, ws):
     assert (ws / "big.bin").stat().st_size <= 10 * 1024 * 1024
 
 
+@pytest.mark.serial
 def test_hang_killed_with_grandchildren(backend, ws):
     marker = f"98{uuid.uuid4().int % 10**6}"
     result = run(backend, f"sleep {marker}.1 & setsid sleep {marker}.2 & sleep {marker}.3",

@@ -38,6 +38,7 @@ def test_good_task_passes_every_filter(pool, fast_filters):
     assert verdict.eager_ms is not None and verdict.output_shapes == ((64, 64),)
 
 
+@pytest.mark.serial
 def test_runtime_window(pool, fast_filters):
     tight = fast_filters.model_copy(update={"min_ms_cpu": 5_000.0})
     verdict = Checker(tight, "cpu", pool).check(GOOD)

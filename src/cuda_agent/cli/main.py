@@ -8,9 +8,11 @@ from cuda_agent.cli import (
     judge_cmd,
     mcp_cmd,
     optimize_cmd,
+    rollout_cmd,
     serve_cmd,
     synth_cmd,
     tasks_cmd,
+    train_cmd,
     trajectories_cmd,
     workspace_cmd,
 )
@@ -26,11 +28,13 @@ app.add_typer(tasks_cmd.app, name="tasks")
 app.add_typer(workspace_cmd.app, name="workspace")
 app.add_typer(synth_cmd.app, name="synth")
 app.add_typer(trajectories_cmd.app, name="trajectories")
+app.add_typer(train_cmd.app, name="train")
 app.command("judge")(judge_cmd.judge)
 app.command("demo")(judge_cmd.demo)
 app.command("serve")(serve_cmd.serve)
 app.command("mcp")(mcp_cmd.mcp)
 app.command("optimize")(optimize_cmd.optimize)
+app.command("rollout")(rollout_cmd.rollout)
 
 
 def main() -> None:

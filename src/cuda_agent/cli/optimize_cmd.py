@@ -8,10 +8,8 @@ from typing import Any
 
 import typer
 
-from cuda_agent.cli import overrides
+from cuda_agent.cli import agent_options as opts
 from cuda_agent.cli.render import console, errors
-
-DEVICE_HELP = "cpu, cuda, or auto (CUDA when a GPU is present)."
 
 
 def optimize(
@@ -20,42 +18,30 @@ def optimize(
     model: str = typer.Option(
         "replay:builtin", help="Policy: openai:NAME (with --base-url), hf:PATH, "
         "replay:FILE, or replay:builtin (the shipped replay of the built-in example)."),
-    base_url: str | None = typer.Option(None, help="OpenAI-compatible server, e.g. "
-                                        "http://localhost:8000/v1."),
-    api_key: str | None = typer.Option(None, envvar="CUDA_AGENT_API_KEY",
-                                       help="Key for the server (or env CUDA_AGENT_API_KEY)."),
-    temperature: float | None = typer.Option(None, help="Sampling temperature."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
+    base_url: str | None = opts.BASE_URL,
+    api_key: str | None = opts.API_KEY,
+    temperature: float | None = opts.TEMPERATURE,
+    device: str = opts.DEVICE,
     out: Path | None = typer.Option(None, help="Result folder (default "
                                     "cuda-agent-runs/TASK-TIME)."),
-    max_turns: int = typer.Option(200, help="Policy steps at most."),
-    max_tokens: int = typer.Option(128_000, help="Context budget of one step, in tokens."),
-    sets: list[str] = typer.Option([], "--set", help="Final-judgement override KEY=VALUE "
-                                   "(same keys as `cuda-agent judge --set`)."),
+    max_turns: int = opts.MAX_TURNS,
+    max_tokens: int = opts.MAX_TOKENS,
+    sets: list[str] = opts.SETS,
 ) -> None:
     """Optimise TASK with an agent: workspace, episode, final judgement, report."""
-    from cuda_agent.agent.loop import AgentConfig
-    from cuda_agent.agent.optimize import BUILTIN_REPLAY, OptimizeError, builtin_replay_path
+    from cuda_agent.agent.optimize import OptimizeError
     from cuda_agent.agent.optimize import optimize as run_job
-    from cuda_agent.agent.policies import make_policy
     from cuda_agent.agent.types import PolicyError
-    from cuda_agent.judge import JudgeConfig
+    from cuda_agent.cli.agent_options import agent_config, make_cli_policy, policy_spec
     from cuda_agent.judge.judge import JudgeError, resolve_device
     from cuda_agent.tasks import TaskError, load_task
 
     try:
         dev = resolve_device(device)
         the_task = load_task(task)
-        spec = model
-        if model == BUILTIN_REPLAY:
-            spec = f"replay:{builtin_replay_path(the_task, dev)}"
-        policy = make_policy(spec, base_url=base_url, api_key=api_key,
-                             temperature=temperature) if spec.startswith("openai:") else \
-            make_policy(spec, temperature=temperature) if spec.startswith("hf:") else \
-            make_policy(spec)
-        judge_sets = overrides.apply(JudgeConfig(device=dev), sets)
-        config = AgentConfig(max_turns=max_turns, max_tokens=max_tokens,
-                             judge=judge_sets.model_dump(exclude={"device"}, mode="json"))
+        policy = make_cli_policy(policy_spec(model, the_task, dev), base_url, api_key,
+                                 temperature)
+        config = agent_config(dev, max_turns, max_tokens, sets)
     except (JudgeError, TaskError, OptimizeError, PolicyError, ValueError) as exc:
         errors.print(f"[red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None

@@ -243,6 +243,7 @@ def test_build_cache_poisoned_by_a_candidate_does_not_affect_later_judgements(
 
 @pytest.mark.slow
 @needs_namespaces
+@pytest.mark.serial
 def test_baseline_cache_inflated_by_a_candidate_does_not_affect_later_judgements(
         tmp_path: Path, private_home: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # steadier timings on a small machine

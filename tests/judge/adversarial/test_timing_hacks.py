@@ -22,6 +22,8 @@ from tests.judge.adversarial.helpers import (
     write_task,
 )
 
+pytestmark = pytest.mark.serial  # compares times: run alone
+
 # longer timing than QUICK, baselines measured afresh: what these tests compare is timing
 TIMED = QUICK.model_copy(update={"time_budget_s": 1.0, "min_runs": 10,
                                  "cache_baselines": False})

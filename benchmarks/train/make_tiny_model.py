@@ -1,0 +1,58 @@
+"""Write a tiny random GPT-2 and a byte-level BPE tokenizer to a folder (for CPU runs).
+
+    .venv/bin/python benchmarks/train/make_tiny_model.py train-runs/tiny-model
+    cuda-agent train rft --config configs/train/tiny.yaml
+
+The weights are random (seeded): the model writes noise, which is all the trainer's CPU
+pipeline needs. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+CORPUS = ('<tool_call>{"name": "write_file", "arguments": {"path": "kernels/k.cpp", '
+          '"content": "#include <torch/extension.h>"}}</tool_call> system user assistant '
+          "tool submit build verify profile model_new.py ModelNew forward return")
+
+
+def make_tiny_model(folder: Path, layers: int = 2, hidden: int = 32, vocab: int = 400,
+                    positions: int = 32768,
+                    seed: int = 0) -> Path:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  show_progress=False)
+    raw.train_from_iterator([CORPUS] * 20, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>",
+                                        pad_token="<|endoftext|>",
+                                        clean_up_tokenization_spaces=False)
+    eos = tokenizer.eos_token_id
+    config = GPT2Config(vocab_size=len(tokenizer), n_positions=positions, n_embd=hidden,
+                        n_layer=layers, n_head=2, bos_token_id=eos, eos_token_id=eos)
+    torch.manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    GPT2LMHeadModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--hidden", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(make_tiny_model(args.folder, args.layers, args.hidden, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()
