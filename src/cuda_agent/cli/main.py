@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from cuda_agent.cli import (
+    eval_cmd,
     judge_cmd,
     mcp_cmd,
     optimize_cmd,
@@ -29,6 +30,7 @@ app.add_typer(workspace_cmd.app, name="workspace")
 app.add_typer(synth_cmd.app, name="synth")
 app.add_typer(trajectories_cmd.app, name="trajectories")
 app.add_typer(train_cmd.app, name="train")
+app.add_typer(eval_cmd.app, name="eval")
 app.command("judge")(judge_cmd.judge)
 app.command("demo")(judge_cmd.demo)
 app.command("serve")(serve_cmd.serve)

@@ -1,0 +1,84 @@
+"""``cuda-agent eval TASKS ANSWERS --out DIR`` and ``cuda-agent eval compare A B``.
+
+``eval TASKS ANSWERS`` is short for ``eval run TASKS ANSWERS``: any first argument that is
+not a sub-command name runs an evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from typer.core import TyperGroup
+
+from cuda_agent.cli import overrides
+from cuda_agent.cli.render import console
+
+
+class _RunByDefault(TyperGroup):
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_RunByDefault, no_args_is_help=True, add_completion=False,
+                  help="Stage 6 - evaluate: judge one answer per task; pass rate, faster "
+                  "rates, geomean speed-ups, fast_p (docs/evaluation.md).")
+
+
+@app.command("run")
+def run(
+    tasks: str = typer.Argument(..., help="Task set: KernelBench JSONL or checkout, a folder, "
+                                "a parquet/datasets folder, or builtin:NAME."),
+    answers: Path = typer.Argument(..., help="Folder with one answer per task: NAME/ "
+                                   "(model_new.py + kernels/) or NAME.py; also 1_19/ or 1_19.py."),
+    out: Path = typer.Option(..., "--out", help="Output folder; rerunning resumes it."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present)."),
+    gpus: str | None = typer.Option(None, help="GPU indices, e.g. '0,1' (default: all)."),
+    cpu_workers: int = typer.Option(1, help="Judge workers when judging on the CPU."),
+    trials: int | None = typer.Option(None, help="Correctness trials (default 5)."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
+    sets: list[str] = typer.Option([], "--set", help="Override KEY=VALUE of the eval config, "
+                                   "repeatable (e.g. --set pool.judge.time_budget_s=5)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Judge each task's answer through the judge pool and write metrics, plots and a record."""
+    from cuda_agent.evaluate import EvalConfig, run_eval, to_markdown
+    from cuda_agent.execution import PoolConfig
+    from cuda_agent.judge import JudgeConfig
+    from cuda_agent.tasks import TaskError
+
+    judge = JudgeConfig(device=device, time_compile=not no_compile)
+    if trials is not None:
+        judge = judge.model_copy(update={"trials": trials})
+    gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus is not None else None
+    pool = PoolConfig(gpus=gpu_list, cpu_workers=cpu_workers, judge=judge)
+    config = overrides.apply(EvalConfig(pool=pool), sets)
+    try:
+        table = run_eval(tasks, answers, out, config, command=sys.argv, show_progress=not quiet)
+    except (TaskError, FileNotFoundError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(to_markdown(table), markup=False)
+    console.print(f"written to {out}", markup=False)
+
+
+@app.command("compare")
+def compare(
+    a: Path = typer.Argument(..., help="Output folder of the first run (holds metrics.json)."),
+    b: Path = typer.Argument(..., help="Output folder of the second run."),
+) -> None:
+    """Print two runs' tables side by side (Markdown), each cell 'A -> B (delta)'."""
+    from cuda_agent.evaluate import compare_markdown, table_from_dict
+
+    tables = []
+    for folder in (a, b):
+        path = folder / "metrics.json"
+        if not path.is_file():
+            console.print(f"[red]error:[/red] {path}: not found; run `cuda-agent eval` first")
+            raise typer.Exit(2)
+        tables.append(table_from_dict(json.loads(path.read_text())))
+    typer.echo(compare_markdown(tables[0], tables[1], str(a), str(b)))
