@@ -7,7 +7,6 @@ the phases (judge steps and worker stages). GPU machine, repository root:
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -24,19 +23,16 @@ def main() -> int:
     from cuda_agent.judge.candidate import Candidate
     from cuda_agent.judge.config import JudgeConfig
     from cuda_agent.judge.judge import Judge
-    from cuda_agent.tasks.task import Task
+    from cuda_agent.tasks import load_task
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--kernelbench", type=Path, default=ROOT / ".bench/kernelbench.jsonl")
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--ids", default="12,40,10")
     args = parser.parse_args()
-    rows = {r["problem_id"]: r for r in map(json.loads, args.kernelbench.read_text().splitlines())
-            if r.get("level") == 1}
     judge = Judge(JudgeConfig(device="cuda", keep_warm=True))
     for pid in map(int, args.ids.split(",")):
-        task = Task(name=rows[pid]["name"], code=rows[pid]["code"], origin="kernelbench", level=1,
-                    problem_id=pid)
+        task = load_task(f"{args.kernelbench}::1/{pid}")
         work = Path(tempfile.mkdtemp()) / "ws"
         shutil.copytree(ROOT / "benchmarks/kernelbench_l1" / CANDIDATES[pid], work)
         walls, phases = [], []

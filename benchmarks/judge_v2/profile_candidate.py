@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import pstats
 import sys
 import tempfile
@@ -20,18 +19,15 @@ def main() -> int:
     from cuda_agent.build.builder import BuildConfig, Builder
     from cuda_agent.judge.config import JudgeConfig
     from cuda_agent.judge.judge import _Plan
-    from cuda_agent.judge.worker import Progress, run, without_model  # noqa: F401
-    from cuda_agent.tasks.task import Task
+    from cuda_agent.judge.worker import Progress, run
+    from cuda_agent.tasks import load_task
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--kernelbench", type=Path, default=ROOT / ".bench/kernelbench.jsonl")
     parser.add_argument("--id", type=int, default=12)
     parser.add_argument("--folder", default="12_Matmul_with_diagonal_matrices_")
     args = parser.parse_args()
-    row = next(r for r in map(json.loads, args.kernelbench.read_text().splitlines())
-               if r.get("level") == 1 and r["problem_id"] == args.id)
-    task = Task(name=row["name"], code=row["code"], origin="kernelbench", level=1,
-                problem_id=args.id)
+    task = load_task(f"{args.kernelbench}::1/{args.id}")
     tmp = Path(tempfile.mkdtemp())
     plan = _Plan(JudgeConfig(device="cuda"), task, "cuda", 123, tmp)
     builder = Builder(BuildConfig(device="cuda"))

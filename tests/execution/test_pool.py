@@ -10,13 +10,13 @@ import signal
 import pytest
 
 from cuda_agent.execution import JobFailed, JudgePool, PoolConfig
-from cuda_agent.execution.pool import _descendants
 from cuda_agent.judge import JudgeConfig
+from cuda_agent.procs import descendants
 from cuda_agent.results import JudgeResult
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
 from tests.conftest import SCALE_ADD_TASK, write_solution
-from tests.execution.helpers import alive, wait_for
+from tests.execution.helpers import alive, check_one_worker_per_gpu, wait_for
 
 FAST = JudgeConfig(device="cpu", time=False, trials=2, scales=())
 
@@ -78,8 +78,8 @@ def test_close_kills_workers_and_their_children_and_fails_pending_jobs(job):
     handles = [pool.submit(task, root) for _ in range(2)]
     wait_for(lambda: handles[0].worker_pid is not None)
     pid = handles[0].worker_pid
-    wait_for(lambda: len(_descendants(pid)) >= 2)  # the judge's own worker processes
-    tree = [pid, *_descendants(pid)]
+    wait_for(lambda: len(descendants(pid)) >= 2)  # the judge's own worker processes
+    tree = [pid, *descendants(pid)]
     pool.close()
     results = [h.result(timeout=5) for h in handles]
     assert all(isinstance(r, JobFailed) and r.reason == "pool closed" for r in results)
@@ -95,12 +95,4 @@ def test_cuda_judge_without_gpus_is_refused():
 
 @pytest.mark.gpu
 def test_one_worker_per_visible_gpu():
-    import torch
-
-    task = load_task("builtin:gelu_bias_scale")
-    config = PoolConfig(judge=JudgeConfig(device="cuda", time=False, trials=2))
-    with JudgePool(config) as pool:
-        assert pool.stats().workers == torch.cuda.device_count()
-        jobs = [(task, "builtin:gelu_bias_scale")] * (2 * torch.cuda.device_count())
-        results = pool.map(jobs, timeout=600)
-    assert all(isinstance(r, JudgeResult) and r.correct for r in results), results
+    check_one_worker_per_gpu(JudgePool)

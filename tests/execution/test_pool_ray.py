@@ -19,7 +19,7 @@ from cuda_agent.results import JudgeResult
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
 from tests.conftest import SCALE_ADD_TASK, write_solution
-from tests.execution.helpers import alive, wait_for
+from tests.execution.helpers import alive, check_one_worker_per_gpu, wait_for
 
 pytest.importorskip("ray")
 
@@ -144,12 +144,4 @@ def test_importing_the_package_does_not_import_ray():
 
 @pytest.mark.gpu
 def test_one_actor_per_gpu():
-    import torch
-
-    task = load_task("builtin:gelu_bias_scale")
-    config = PoolConfig(judge=JudgeConfig(device="cuda", time=False, trials=2))
-    with RayJudgePool(config) as pool:
-        assert pool.stats().workers == torch.cuda.device_count()
-        jobs = [(task, "builtin:gelu_bias_scale")] * (2 * torch.cuda.device_count())
-        results = pool.map(jobs, timeout=600)
-    assert all(isinstance(r, JudgeResult) and r.correct for r in results), results
+    check_one_worker_per_gpu(RayJudgePool)

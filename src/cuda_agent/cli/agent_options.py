@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import typer
 
 from cuda_agent.cli import overrides
+from cuda_agent.cli.render import errors
+
+
+@contextlib.contextmanager
+def bad_input_exits() -> Iterator[None]:
+    """Turn a bad task, device, policy or setting into a one-line error and exit status 2."""
+    from cuda_agent.agent.optimize import OptimizeError
+    from cuda_agent.agent.types import PolicyError
+    from cuda_agent.judge.judge import JudgeError
+    from cuda_agent.tasks import TaskError
+
+    try:
+        yield
+    except (JudgeError, TaskError, OptimizeError, PolicyError, ValueError) as exc:
+        errors.print(f"[red]error:[/] {exc}", highlight=False)
+        raise typer.Exit(2) from None
 
 
 def policy_spec(model: str, task: Any, device: str) -> str:
@@ -40,6 +58,8 @@ def agent_config(device: str, max_turns: int, max_tokens: int, sets: list[str]) 
 
 
 # the options both commands take, declared once
+MODEL_HELP = ("Policy: openai:NAME (with --base-url), hf:PATH, replay:FILE, or replay:builtin "
+              "(the shipped replay of the built-in example).")
 DEVICE = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present).")
 BASE_URL = typer.Option(None, help="OpenAI-compatible server, e.g. http://localhost:8000/v1.")
 API_KEY = typer.Option(None, envvar="CUDA_AGENT_API_KEY",

@@ -15,9 +15,7 @@ from cuda_agent.cli.render import console, errors
 def optimize(
     task: str = typer.Argument("builtin:gelu_bias_scale",
                                help="Task reference: PATH[::SELECTOR] or builtin:NAME."),
-    model: str = typer.Option(
-        "replay:builtin", help="Policy: openai:NAME (with --base-url), hf:PATH, "
-        "replay:FILE, or replay:builtin (the shipped replay of the built-in example)."),
+    model: str = typer.Option("replay:builtin", help=opts.MODEL_HELP),
     base_url: str | None = opts.BASE_URL,
     api_key: str | None = opts.API_KEY,
     temperature: float | None = opts.TEMPERATURE,
@@ -31,20 +29,15 @@ def optimize(
     """Optimise TASK with an agent: workspace, episode, final judgement, report."""
     from cuda_agent.agent.optimize import OptimizeError
     from cuda_agent.agent.optimize import optimize as run_job
-    from cuda_agent.agent.types import PolicyError
-    from cuda_agent.cli.agent_options import agent_config, make_cli_policy, policy_spec
-    from cuda_agent.judge.judge import JudgeError, resolve_device
-    from cuda_agent.tasks import TaskError, load_task
+    from cuda_agent.judge.judge import resolve_device
+    from cuda_agent.tasks import load_task
 
-    try:
+    with opts.bad_input_exits():
         dev = resolve_device(device)
         the_task = load_task(task)
-        policy = make_cli_policy(policy_spec(model, the_task, dev), base_url, api_key,
-                                 temperature)
-        config = agent_config(dev, max_turns, max_tokens, sets)
-    except (JudgeError, TaskError, OptimizeError, PolicyError, ValueError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        policy = opts.make_cli_policy(opts.policy_spec(model, the_task, dev), base_url,
+                                      api_key, temperature)
+        config = opts.agent_config(dev, max_turns, max_tokens, sets)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = out or Path("cuda-agent-runs") / f"{the_task.name}-{stamp}"
     console.rule(f"optimize {the_task.name} on {dev} with {policy.name}")

@@ -13,8 +13,7 @@ from cuda_agent.cli.render import console, errors
 def rollout(
     tasks: str = typer.Argument(..., help="Task set: PATH[::SELECTOR] (file or folder) or "
                                 "builtin:NAME."),
-    model: str = typer.Option(..., help="Policy: openai:NAME (with --base-url), hf:PATH, "
-                              "replay:FILE, or replay:builtin (the built-in example's replay)."),
+    model: str = typer.Option(..., help=opts.MODEL_HELP),
     out: Path = typer.Option(..., help="Output folder (reused to resume)."),
     episodes_per_task: int = typer.Option(1, min=1, help="Episodes per task."),
     parallel: int = typer.Option(1, min=1, help="Episodes run at once."),
@@ -29,29 +28,24 @@ def rollout(
     """Collect EPISODES-PER-TASK episodes per task of TASKS into OUT (resumable)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-    from cuda_agent.agent.optimize import OptimizeError
-    from cuda_agent.agent.types import PolicyError
-    from cuda_agent.cli.agent_options import agent_config, make_cli_policy, policy_spec
-    from cuda_agent.judge.judge import JudgeError, resolve_device
+    from cuda_agent.cli.agent_options import make_cli_policy
+    from cuda_agent.judge.judge import resolve_device
     from cuda_agent.tasks import TaskError, load_task, load_tasks
     from cuda_agent.train.rollout import RolloutConfig, collect
 
-    try:
+    with opts.bad_input_exits():
         dev = resolve_device(device)
         task_list = [load_task(tasks)] if "::" in tasks else list(load_tasks(tasks))
         if not task_list:
             raise TaskError(f"{tasks}: no tasks")
-        specs = {t.name: policy_spec(model, t, dev) for t in task_list}
+        specs = {t.name: opts.policy_spec(model, t, dev) for t in task_list}
         shared = None if model.startswith("replay:") else make_cli_policy(
             model, base_url, api_key, temperature)
         for spec in set(specs.values()) if shared is None else ():
             make_cli_policy(spec, None, None, None)  # fail early on a bad replay file
-        agent = agent_config(dev, max_turns, max_tokens, sets)
+        agent = opts.agent_config(dev, max_turns, max_tokens, sets)
         config = RolloutConfig(episodes_per_task=episodes_per_task, parallel=parallel,
                                device=dev, agent=agent)
-    except (JudgeError, TaskError, OptimizeError, PolicyError, ValueError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
 
     def factory(task):
         # A replay keeps its position, so each episode gets its own; a model is shared.

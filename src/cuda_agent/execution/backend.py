@@ -84,11 +84,12 @@ class JobHandle:
         return self._job.future.result(timeout)
 
 
-class JobEnds:
-    """What both pools share: queueing, ``map``, ``stats`` and how a job ends or is retried.
-    The pool provides ``config.retries``, ``_lock``, ``_closed``, ``_next_id``, ``_queue``
-    (a deque of waiting jobs), the ``_done`` / ``_failed`` / ``_replaced`` counters,
-    ``submit`` and ``_workers()`` (its slots or actors, each with a ``job``)."""
+class PoolBase:
+    """What both pools share: queueing, ``map``, ``stats``, the supervisor loop, closing,
+    and how a job ends or is retried. The pool provides ``config.retries``, ``_lock``,
+    ``_closed``, ``_thread``, ``_next_id``, ``_queue`` (a deque of waiting jobs), the
+    ``_done`` / ``_failed`` / ``_replaced`` counters, ``submit``, ``_workers()`` (its slots
+    or actors, each with a ``job``), ``_dispatch``, ``_wait_for_events`` and ``_check``."""
 
     config: Any
     _lock: Any
@@ -99,8 +100,52 @@ class JobEnds:
     _failed: int
     _replaced: int
 
+    _thread: Any
+
     def _workers(self) -> list[Any]:
         raise NotImplementedError
+
+    def _dispatch(self) -> None:
+        """Hand queued jobs to idle, ready workers (called with ``_lock`` held)."""
+        raise NotImplementedError
+
+    def _wait_for_events(self) -> None:
+        """Block up to about 0.1 s for a worker to answer, start or die."""
+        raise NotImplementedError
+
+    def _check(self, worker: Any) -> None:
+        """Take a worker's answer, or replace it if it died or overran (``_lock`` held)."""
+        raise NotImplementedError
+
+    def _supervise(self) -> None:
+        """The supervisor thread: dispatch, wait, check, until the pool closes."""
+        try:
+            while not self._closed.is_set():
+                with self._lock:
+                    self._dispatch()
+                self._wait_for_events()
+                with self._lock:
+                    for worker in list(self._workers()):
+                        self._check(worker)
+        except Exception as exc:  # noqa: BLE001 - never leave a job waiting forever
+            with self._lock:
+                self._closed.set()
+                for job in [*self._queue, *(w.job for w in self._workers() if w.job)]:
+                    self._finish(job, None, f"pool supervisor failed: {exc!r}")
+                self._queue.clear()
+
+    def _stop_supervising(self) -> bool:
+        """Mark the pool closed and wait for the supervisor; False if it already was."""
+        with self._lock:
+            if self._closed.is_set():
+                return False
+            self._closed.set()
+        self._thread.join()
+        return True
+
+    def _fail_queued(self, reason: str) -> None:
+        while self._queue:
+            self._finish(self._queue.popleft(), None, reason)
 
     def submit(self, task: Task, candidate: str | Path, _debug_sleep_s: float = 0.0
                ) -> JobHandle:

@@ -28,12 +28,13 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.execution.backend import (
     Job,
-    JobEnds,
     JobHandle,
+    PoolBase,
     judge_result,
 )
 from cuda_agent.execution.pool_worker import worker_main
 from cuda_agent.judge.config import JudgeConfig
+from cuda_agent.procs import descendants
 from cuda_agent.tasks.task import Task
 
 
@@ -81,7 +82,7 @@ class _Slot:
         """SIGKILL the worker, its process group and every process below it."""
         pid = self.proc.pid
         if pid is not None:
-            for victim in [*_descendants(pid), pid]:
+            for victim in [*descendants(pid), pid]:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(victim, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -90,7 +91,7 @@ class _Slot:
         self.conn.close()
 
 
-class JudgePool(JobEnds):
+class JudgePool(PoolBase):
     """Judge workers behind one queue; use as a context manager or call ``close()``."""
 
     def __init__(self, config: PoolConfig | None = None):
@@ -140,11 +141,8 @@ class JudgePool(JobEnds):
 
     def close(self) -> None:
         """Stop the workers; jobs not finished end as ``JobFailed('pool closed')``."""
-        with self._lock:
-            if self._closed.is_set():
-                return
-            self._closed.set()
-        self._thread.join()
+        if not self._stop_supervising():
+            return
         with self._lock:
             for slot in self._slots:
                 if slot.job is not None:  # busy: killed at once, its job ends as failed
@@ -157,25 +155,11 @@ class JudgePool(JobEnds):
             for slot in self._slots:
                 slot.proc.join(max(0.0, deadline - time.monotonic()))
                 slot.kill()
-            while self._queue:
-                self._finish(self._queue.popleft(), None, "pool closed")
+            self._fail_queued("pool closed")
 
-    def _supervise(self) -> None:
-        try:
-            while not self._closed.is_set():
-                with self._lock:
-                    self._dispatch()
-                waitables = [s.conn for s in self._slots] + [s.proc.sentinel for s in self._slots]
-                wait(waitables, timeout=0.1)
-                with self._lock:
-                    for slot in self._slots:
-                        self._check(slot)
-        except Exception as exc:  # noqa: BLE001 - never leave a job waiting forever
-            with self._lock:
-                self._closed.set()
-                for job in [*self._queue, *(s.job for s in self._slots if s.job)]:
-                    self._finish(job, None, f"pool supervisor failed: {exc!r}")
-                self._queue.clear()
+    def _wait_for_events(self) -> None:
+        wait([s.conn for s in self._slots] + [s.proc.sentinel for s in self._slots],
+             timeout=0.1)
 
     def _dispatch(self) -> None:
         for slot in self._slots:
@@ -236,23 +220,3 @@ def _visible_gpus() -> list[int]:
     import torch
 
     return list(range(torch.cuda.device_count()))
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (Linux /proc), children first."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        found.extend(children)
-        todo.extend(children)
-    return found

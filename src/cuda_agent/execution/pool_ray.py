@@ -22,7 +22,7 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.execution.backend import Job, JobEnds, JobHandle, judge_result
+from cuda_agent.execution.backend import Job, JobHandle, PoolBase, judge_result
 from cuda_agent.execution.pool import PoolConfig
 from cuda_agent.execution.pool_ray_actor import JudgeActor, pack_candidate
 from cuda_agent.judge.candidate import CandidateError
@@ -55,7 +55,7 @@ class _Actor:
         ray.kill(self.handle, no_restart=True)
 
 
-class RayJudgePool(JobEnds):
+class RayJudgePool(PoolBase):
     """Judge actors on a Ray cluster behind one queue; a context manager, or call ``close()``.
 
     ``ray_address`` (else ``config.ray_address``): None starts a Ray instance on this
@@ -131,11 +131,8 @@ class RayJudgePool(JobEnds):
 
     def close(self) -> None:
         """Stop the actors; jobs not finished end as ``JobFailed('pool closed')``."""
-        with self._lock:
-            if self._closed.is_set():
-                return
-            self._closed.set()
-        self._thread.join()
+        if not self._stop_supervising():
+            return
         ray = self._ray
         with self._lock:
             busy = [a for a in self._actors if a.job is not None]
@@ -147,32 +144,18 @@ class RayJudgePool(JobEnds):
                          timeout=10.0)
             for actor in self._actors:
                 actor.kill(ray, stop_tree=actor in busy)
-            while self._queue:
-                self._finish(self._queue.popleft(), None, "pool closed")
+            self._fail_queued("pool closed")
         if self._owns_ray:
             ray.shutdown()
 
-    def _supervise(self) -> None:
-        ray = self._ray
-        try:
-            while not self._closed.is_set():
-                with self._lock:
-                    self._dispatch()
-                    refs = [a.job_ref if a.pid is not None else a.ready_ref
-                            for a in self._actors if a.pid is None or a.job is not None]
-                if refs:
-                    ray.wait(refs, num_returns=1, timeout=0.1)
-                else:
-                    self._closed.wait(0.1)
-                with self._lock:
-                    for actor in list(self._actors):
-                        self._check(actor)
-        except Exception as exc:  # noqa: BLE001 - never leave a job waiting forever
-            with self._lock:
-                self._closed.set()
-                for job in [*self._queue, *(a.job for a in self._actors if a.job)]:
-                    self._finish(job, None, f"pool dispatcher failed: {exc!r}")
-                self._queue.clear()
+    def _wait_for_events(self) -> None:
+        with self._lock:
+            refs = [a.job_ref if a.pid is not None else a.ready_ref
+                    for a in self._actors if a.pid is None or a.job is not None]
+        if refs:
+            self._ray.wait(refs, num_returns=1, timeout=0.1)
+        else:
+            self._closed.wait(0.1)
 
     def _dispatch(self) -> None:
         for actor in self._actors:

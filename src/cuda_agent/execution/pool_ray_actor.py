@@ -102,9 +102,9 @@ class JudgeActor:
         Runs beside a hung ``serve`` (the actor takes two calls at once), so the pool can
         clean up before it kills the actor itself.
         """
-        from cuda_agent.execution.pool import _descendants
+        from cuda_agent.procs import descendants
 
-        victims = _descendants(os.getpid())
+        victims = descendants(os.getpid())
         for pid in victims:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)

@@ -52,6 +52,8 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from cuda_agent.procs import session_members
+
 DEFAULT_ENV_ALLOW = (
     "PATH", "LANG", "LC_*", "TERM", "TZ", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "CUDA_PATH",
     "NVIDIA_*", "LD_LIBRARY_PATH", "TORCH_*", "PYTORCH_*", "CC", "CXX",
@@ -212,30 +214,14 @@ def _wait(proc: subprocess.Popen, config: SandboxConfig, poll_pids: bool) -> str
         if time.monotonic() >= deadline:
             return "timeout"
         cap = config.max_processes
-        if poll_pids and cap is not None and len(_session_pids(proc.pid)) > cap:
+        if poll_pids and cap is not None and len(session_members(proc.pid)) > cap:
             return "process limit"
-
-
-def _session_pids(sid: int) -> list[int]:
-    """Pids of the live processes whose session id is ``sid``."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[3]) == sid:
-            pids.append(int(entry.name))
-    return pids
 
 
 def _kill_session(sid: int) -> None:
     """SIGKILL the process group, then anything left in the session (until none are)."""
     for _ in range(50):
-        victims = _session_pids(sid)
+        victims = session_members(sid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(sid, signal.SIGKILL)
         for pid in victims:

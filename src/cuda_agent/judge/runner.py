@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.judge import shared_pack
+from cuda_agent.procs import Proc, descendants, session_members, snapshot
 
 
 @dataclass(frozen=True)
@@ -160,23 +161,29 @@ class Worker:
 
     cancel = close
 
-    def _own(self) -> set[int]:
+    def _own(self, procs: dict[int, Proc]) -> set[int]:
         """The processes that are the worker itself: its leader (and, confined, the
         namespace's init shell and the interpreter it started first)."""
         own = {self.proc.pid}
         if self.confined:
-            tree = _process_tree()
-            inits = [p for p, (ppid, _) in tree.items() if ppid == self.proc.pid]
+            inits = [pid for pid, p in procs.items() if p.ppid == self.proc.pid]
             own.update(inits)
             for init in inits:
-                children = sorted((start, p) for p, (ppid, start) in tree.items()
-                                  if ppid == init)
-                own.update(p for _, p in children[:1])
+                children = sorted((p.start, pid) for pid, p in procs.items() if p.ppid == init)
+                own.update(pid for _, pid in children[:1])
         return own
+
+    def _below(self, procs: dict[int, Proc]) -> set[int]:
+        """Processes below the worker's leader or in its session, the leader excluded."""
+        found = set(descendants(self.proc.pid, procs)) | set(
+            session_members(self.proc.pid, procs))
+        found.discard(self.proc.pid)
+        return found
 
     def _count_leftovers(self) -> int:
         """Processes running below the worker, or in its session, other than itself."""
-        return len((_descendants(self.proc.pid) | _session(self.proc.pid)) - self._own())
+        procs = snapshot()
+        return len(self._below(procs) - self._own(procs))
 
     def _stop(self) -> int:
         """Kill the worker's session, group and every process below it; return how many
@@ -184,8 +191,7 @@ class Worker:
         if self._leftover is None:
             self._leftover = self._count_leftovers()
         for _ in range(50):
-            victims = _descendants(self.proc.pid) | _session(self.proc.pid)
-            victims.discard(self.proc.pid)
+            victims = self._below(snapshot())
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             for pid in victims:
@@ -248,43 +254,6 @@ def _confine_prefix(out_dir: Path, confine: Confinement) -> list[str] | None:
     if prefix is None:
         return None
     return confine_argv(prefix, out_dir, list(confine.keep), list(confine.rw), init=True)
-
-
-def _stat_all() -> dict[int, list[bytes]]:
-    """The fields after the command name of /proc/PID/stat, for every process."""
-    out = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                out[int(entry.name)] = handle.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-    return out
-
-
-def _process_tree() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time) of every process."""
-    return {pid: (int(f[1]), int(f[19])) for pid, f in _stat_all().items() if len(f) > 19}
-
-
-def _descendants(root: int) -> set[int]:
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in _process_tree().items():
-        children.setdefault(ppid, []).append(pid)
-    found, todo = set(), [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
-
-
-def _session(sid: int) -> set[int]:
-    """The processes of session ``sid`` other than its leader."""
-    return {pid for pid, f in _stat_all().items() if int(f[3]) == sid and pid != sid}
 
 
 def _describe_exit(code: int | None, stderr_tail: str) -> str:

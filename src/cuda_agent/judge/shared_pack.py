@@ -44,7 +44,8 @@ def capacity(fd: int) -> int:
 
 
 def write(fd: int, offset: int, data: torch.Tensor) -> None:
-    """Write the bytes of a flat uint8 tensor (on any device) at ``offset``."""
+    """Write the bytes of a flat uint8 tensor (on any device) at ``offset`` of the file
+    ``fd`` (this module's memory file, or any regular file)."""
     host = data.cpu() if data.device.type != "cpu" else data
     view = memoryview(host.numpy())
     done = 0

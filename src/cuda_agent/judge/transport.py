@@ -69,8 +69,7 @@ class Packer:
                                          f"{shared_pack.capacity(self._fd)} bytes")
                 shared_pack.write(self._fd, offset, data)
             else:
-                self._file.seek(offset)
-                self._file.write(data.cpu().numpy().tobytes())
+                shared_pack.write(self._file.fileno(), offset, data)
             self.size = offset + _aligned(data.numel())
             descriptors.append({"offset": offset, "nbytes": data.numel(),
                                 "dtype": str(value.dtype).removeprefix("torch."),

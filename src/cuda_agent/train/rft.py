@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,26 +78,39 @@ def load_samples(config: TrainConfig, tokenizer: Any) -> list[Any]:
     return trainable
 
 
+def fit(config: TrainConfig, stage: str, name: str, model: nn.Module, lr: float,
+        samples: list[Any], step: Callable[[list[Any], Any, torch.device], dict[str, float]]
+        ) -> tuple[Run, int]:
+    """The step loop RFT and value pretraining share: an optimizer for ``model`` (saved in
+    checkpoints as ``name``), resume, then ``step(batch, optimizer, device)`` on each batch
+    of ``samples`` with logging, checkpoints and progress. Returns the run and its steps."""
+    run = Run(config, stage)
+    optimizer = make_optimizer(model, lr, config)
+    modules, optimizers = {name: model}, {name: optimizer}
+    start = run.resume(modules, optimizers)
+    steps = total_steps(len(samples), config)
+    device = next(model.parameters()).device
+    model.train()
+    with Progress(config, stage, steps, start) as progress:
+        for k in range(start + 1, steps + 1):
+            chosen = [samples[i] for i in batch_indices(len(samples), config.optim.batch_size,
+                                                        config.optim.seed, k - 1)]
+            metrics = step(chosen, optimizer, device)
+            run.log(k, metrics, force=k == steps)
+            run.maybe_save(k, k == steps, modules, optimizers)
+            progress.advance(metrics)
+    return run, steps
+
+
 def train_rft(config: TrainConfig) -> StageResult:
     seed_everything(config.optim.seed)
     actor, tokenizer = load_actor(config.model)
     samples = load_samples(config, tokenizer)
-    run = Run(config, "rft")
-    optimizer = make_optimizer(actor, config.optim.lr, config)
-    modules, optimizers = {"actor": actor}, {"actor": optimizer}
-    start = run.resume(modules, optimizers)
-    steps = total_steps(len(samples), config)
-    device = next(actor.parameters()).device
-    actor.train()
-    with Progress(config, "rft", steps, start) as progress:
-        for step in range(start + 1, steps + 1):
-            chosen = [samples[i] for i in batch_indices(len(samples), config.optim.batch_size,
-                                                        config.optim.seed, step - 1)]
-            metrics = rft_step(actor, optimizer, chosen, tokenizer.pad_token_id, device,
-                               config)
-            run.log(step, metrics, force=step == steps)
-            run.maybe_save(step, step == steps, modules, optimizers)
-            progress.advance(metrics)
+
+    def step(chosen: list[Any], optimizer: Any, device: torch.device) -> dict[str, float]:
+        return rft_step(actor, optimizer, chosen, tokenizer.pad_token_id, device, config)
+
+    run, steps = fit(config, "rft", "actor", actor, config.optim.lr, samples, step)
     final = run.out / "actor-rft"
     save_actor(actor, tokenizer, final)
     curves = run.finish()

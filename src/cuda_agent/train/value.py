@@ -16,12 +16,11 @@ from typing import Any
 
 import torch
 
-from cuda_agent.train.batch import Batch, batch_indices, chunks, collate, total_steps
+from cuda_agent.train.batch import Batch, chunks, collate
 from cuda_agent.train.config import TrainConfig
 from cuda_agent.train.models import ValueModel, load_critic, load_tokenizer
-from cuda_agent.train.progress import Progress
-from cuda_agent.train.rft import StageResult, load_samples
-from cuda_agent.train.run import Run, make_optimizer, seed_everything
+from cuda_agent.train.rft import StageResult, fit, load_samples
+from cuda_agent.train.run import seed_everything
 
 
 def critic_targets(critic: ValueModel, batch: Batch, gamma: float, lam: float
@@ -74,33 +73,23 @@ def train_value(config: TrainConfig) -> StageResult:
     tokenizer = load_tokenizer(config.model.path)
     critic = load_critic(config.model)
     samples = load_samples(config, tokenizer)
-    run = Run(config, "value")
-    optimizer = make_optimizer(critic, config.optim.critic_lr, config)
-    modules, optimizers = {"critic": critic}, {"critic": optimizer}
-    start = run.resume(modules, optimizers)
-    steps = total_steps(len(samples), config)
-    device = next(critic.parameters()).device
-    critic.train()
-    with Progress(config, "value", steps, start) as progress:
-        for step in range(start + 1, steps + 1):
-            begin = time.perf_counter()
-            chosen = [samples[i] for i in batch_indices(len(samples), config.optim.batch_size,
-                                                        config.optim.seed, step - 1)]
-            batches = [collate(part, tokenizer.pad_token_id, device)
-                       for part in chunks(chosen, config.optim.micro_batch_size)]
-            targets = [critic_targets(critic, b, config.ppo.gamma, config.ppo.lam)
-                       for b in batches]
-            ev = pooled_explained_variance([(v, r, b.mask) for (v, _, r), b
-                                            in zip(targets, batches, strict=True)])
-            loss = critic_step(critic, optimizer, batches, [t[2] for t in targets],
-                               [t[0] for t in targets], config)
-            tokens = sum(b.tokens for b in batches)
-            metrics = {"loss": loss, "explained_variance": ev,
-                       "reward": float(torch.cat([b.scores for b in batches]).mean()),
-                       "tokens_per_s": tokens / max(time.perf_counter() - begin, 1e-9)}
-            run.log(step, metrics, force=step == steps)
-            run.maybe_save(step, step == steps, modules, optimizers)
-            progress.advance(metrics)
+
+    def step(chosen: list[Any], optimizer: Any, device: torch.device) -> dict[str, float]:
+        begin = time.perf_counter()
+        batches = [collate(part, tokenizer.pad_token_id, device)
+                   for part in chunks(chosen, config.optim.micro_batch_size)]
+        targets = [critic_targets(critic, b, config.ppo.gamma, config.ppo.lam)
+                   for b in batches]
+        ev = pooled_explained_variance([(v, r, b.mask) for (v, _, r), b
+                                        in zip(targets, batches, strict=True)])
+        loss = critic_step(critic, optimizer, batches, [t[2] for t in targets],
+                           [t[0] for t in targets], config)
+        tokens = sum(b.tokens for b in batches)
+        return {"loss": loss, "explained_variance": ev,
+                "reward": float(torch.cat([b.scores for b in batches]).mean()),
+                "tokens_per_s": tokens / max(time.perf_counter() - begin, 1e-9)}
+
+    run, steps = fit(config, "value", "critic", critic, config.optim.critic_lr, samples, step)
     final = run.out / "critic-value"
     critic.save(final)
     tokenizer.save_pretrained(final)
