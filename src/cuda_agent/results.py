@@ -98,6 +98,21 @@ class CorrectnessResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class ShapeResult:
+    """The verdict at one of the input shapes a task declares (``INPUT_SHAPES``)."""
+
+    name: str
+    correct: bool
+    reward: int
+    runtime_ms: float | None
+    eager_ms: float | None
+    compile_ms: float | None
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    reasons: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class JudgeResult:
     """The judge's verdict on one candidate for one task: what the reward is computed from."""
 
@@ -129,3 +144,6 @@ class JudgeResult:
     /tmp, no network, own pid namespace) or 'session' (own session only)."""
     phases: tuple[tuple[str, float], ...] = ()
     """Where the judgement's wall time went, in seconds (judge steps and worker stages)."""
+    shapes: tuple[ShapeResult, ...] = ()
+    """Per-shape verdicts when the task declares several input shapes; the fields above then
+    hold the whole set: correct at every shape, times summed over shapes, reward the lowest."""

@@ -16,7 +16,6 @@ runner = CliRunner()
 
 
 @pytest.mark.slow
-@pytest.mark.serial
 def test_optimize_builtin_replay_end_to_end(tmp_path: Path):
     out = tmp_path / "run"
     done = runner.invoke(app, ["optimize", "--device", "cpu", "--out", str(out),

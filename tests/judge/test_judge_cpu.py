@@ -39,7 +39,12 @@ def test_honest_workspace_is_correct_and_timed(scale_add_task: Path, workspace: 
     assert result.correctness.trials == 7  # 5 seeded trials + 2 at other input scales
     assert result.correctness.max_abs_error < 1e-4
     assert result.judge_version == JUDGE_VERSION and result.seed is not None
-    assert result.timing.ci_low_ms <= result.runtime_ms <= result.timing.ci_high_ms
+    assert result.timing.ci_low_ms <= result.timing.median_ms <= result.timing.ci_high_ms
+    if any(flag.startswith("timer disagreement") for flag in result.flags):
+        # a loaded machine can stall the calls the judge's own clock times; its figure wins
+        assert result.runtime_ms > result.timing.median_ms
+    else:
+        assert result.runtime_ms == result.timing.median_ms
     assert "device-wide synchronisations" in result.time_meaning
     assert result.eager_timing is not None and result.eager_timing.runs >= 5
     assert "reward capped at 2" in " ".join(result.reasons)
@@ -255,3 +260,30 @@ def test_warm_judge_reuses_prestarted_workers_and_stops_them(scale_add_task: Pat
     phases = dict(second.phases)
     for name in ("build", "reference", "candidate", "compare", "candidate.forward"):
         assert phases[name] >= 0.0, name
+
+
+def test_every_declared_shape_is_judged_and_a_shape_specialised_kernel_fails(
+        tmp_path: Path, workspace: Path):
+    from tests.conftest import SCALE_ADD_TASK
+
+    task_path = tmp_path / "shapes.py"
+    shapes = 'INPUT_SHAPES = {"large": {"N": 100_003}, "small": {"N": 4096}}\n'
+    task_path.write_text(SCALE_ADD_TASK.replace("N = 100_003\n", "N = 100_003\n" + shapes))
+    config = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
+                         trials=2, scales=())
+    result = judge(task_path, workspace, config)
+    assert result.correct and [s.name for s in result.shapes] == ["large", "small"]
+    assert all(s.correct and s.runtime_ms and s.eager_ms for s in result.shapes)
+    assert result.runtime_ms == pytest.approx(sum(s.runtime_ms for s in result.shapes))
+    assert result.reward == min(s.reward for s in result.shapes)
+    assert result.correctness.trials == 4  # 2 trials at each shape
+
+    # hard-coding the primary shape passes there and fails at the other shape
+    (workspace / "model_new.py").write_text(SCALE_ADD_MODEL_NEW.replace(
+        "x.contiguous(), y.contiguous()", "x.view(100_003), y.view(100_003)"))
+    result = judge(task_path, workspace, CHECK_ONLY)
+    assert not result.correct and result.reward == -1
+    assert [(s.name, s.correct) for s in result.shapes] == [("large", True), ("small", False)]
+    assert any(r.startswith("[shape small]") for r in result.reasons), result.reasons
+    only = judge(task_path, workspace, CHECK_ONLY.model_copy(update={"shape": "large"}))
+    assert only.correct and [s.name for s in only.shapes] == ["large"]

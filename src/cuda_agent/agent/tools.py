@@ -202,6 +202,10 @@ def judge_summary(result: JudgeResult) -> str:
         lines.append(f"runtime {result.runtime_ms:.4g} ms; eager {_ms(result.eager_ms)} "
                      f"(speed-up {_x(result.speedup_vs_eager)}); torch.compile "
                      f"{_ms(result.compile_ms)} (speed-up {_x(result.speedup_vs_compile)})")
+    for shape in result.shapes:
+        lines.append(f"- shape {shape.name}: {'correct' if shape.correct else 'NOT correct'}, "
+                     f"reward {shape.reward}, runtime {_ms(shape.runtime_ms)}, eager "
+                     f"{_ms(shape.eager_ms)} ({_x(shape.speedup_vs_eager)})")
     if result.profile:
         lines += ["--- profile ---", clip(result.profile, 6000)]
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""``cuda-agent eval TASKS ANSWERS --out DIR`` and ``cuda-agent eval compare A B``.
+"""``cuda-agent eval TASKS ANSWERS --out DIR``, ``eval compare A B``, ``eval report RUN --audit A``.
 
 ``eval TASKS ANSWERS`` is short for ``eval run TASKS ANSWERS``: any first argument that is
 not a sub-command name runs an evaluation.
@@ -29,6 +29,10 @@ app = typer.Typer(cls=_RunByDefault, no_args_is_help=True, add_completion=False,
                   "rates, geomean speed-ups, fast_p (docs/evaluation.md).")
 
 
+AUDIT = typer.Option(None, "--audit", help="A `cuda-agent synth audit` folder: also show the "
+                     "metrics without the problems it rejected, and list those.")
+
+
 @app.command("run")
 def run(
     tasks: str = typer.Argument(..., help="Task set: KernelBench JSONL or checkout, a folder, "
@@ -43,6 +47,7 @@ def run(
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
     sets: list[str] = typer.Option([], "--set", help="Override KEY=VALUE of the eval config, "
                                    "repeatable (e.g. --set pool.judge.time_budget_s=5)."),
+    audit: Path | None = AUDIT,
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
 ) -> None:
     """Judge each task's answer through the judge pool and write metrics, plots and a record."""
@@ -56,13 +61,14 @@ def run(
         judge = judge.model_copy(update={"trials": trials})
     gpu_list = [int(g) for g in gpus.split(",") if g.strip()] if gpus is not None else None
     pool = PoolConfig(gpus=gpu_list, cpu_workers=cpu_workers, judge=judge)
-    config = overrides.apply(EvalConfig(pool=pool), sets)
+    config = overrides.apply(EvalConfig(pool=pool, audit=audit), sets)
     try:
         table = run_eval(tasks, answers, out, config, command=sys.argv, show_progress=not quiet)
     except (TaskError, FileNotFoundError, ValueError) as exc:
         console.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    console.print(to_markdown(table), markup=False)
+    shown = out / "metrics_audited.md" if audit else None
+    console.print(shown.read_text() if shown else to_markdown(table), markup=False)
     console.print(f"written to {out}", markup=False)
 
 
@@ -82,3 +88,22 @@ def compare(
             raise typer.Exit(2)
         tables.append(table_from_dict(json.loads(path.read_text())))
     typer.echo(compare_markdown(tables[0], tables[1], str(a), str(b)))
+
+
+@app.command("report")
+def report(
+    run_dir: Path = typer.Argument(..., help="Output folder of a run (holds results.jsonl)."),
+    audit: Path = typer.Option(..., "--audit", help="A `cuda-agent synth audit` folder (holds "
+                               "audit.jsonl)."),
+) -> None:
+    """Recompute a run's metrics with and without the problems the audit rejected; print both
+    tables and the excluded problems, and write metrics_audited.md/.json into RUN_DIR."""
+    from cuda_agent.evaluate import audited
+
+    try:
+        tables = audited.recompute(run_dir, audit)
+    except FileNotFoundError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    audited.write(run_dir, tables)
+    typer.echo(audited.audited_markdown(tables))

@@ -46,6 +46,8 @@ def judge(
     trials: int | None = typer.Option(None, help="Correctness trials (default 5)."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
     no_time: bool = typer.Option(False, "--no-time", help="Check correctness only."),
+    shape: str | None = typer.Option(
+        None, help="A task declaring INPUT_SHAPES: judge this shape only (default: all)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     sets: list[str] = typer.Option([], "--set", help="Config override KEY=VALUE, repeatable "
                                    "(e.g. --set build.jobs=4 --set time_budget_s=5)."),
@@ -53,13 +55,16 @@ def judge(
     """Stage 3 - judge: build, verify and time a candidate; print the milestone reward.
 
     Reward: -1 fails to build, crashes or is wrong; 1 correct; 2 more than 5% faster than
-    eager PyTorch; 3 more than 5% faster than eager and torch.compile.
+    eager PyTorch; 3 more than 5% faster than eager and torch.compile. A task declaring
+    INPUT_SHAPES is judged at every shape: correct at all, the lowest shape's reward.
     """
     from cuda_agent.judge import Candidate, CandidateError, Judge
     from cuda_agent.judge.judge import JudgeError
 
     try:
         config = make_config(device, trials, no_compile, no_time, sets)
+        if shape is not None:
+            config = config.model_copy(update={"shape": shape})
         the_task = load_task(task, precision=precision)
         judge_ = Judge(config)
         the_candidate = Candidate.from_ref(candidate, judge_.device)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import typer
 
 from cuda_agent.cli import (
+    baselines_cmd,
     eval_cmd,
+    export_cmd,
+    extract_cmd,
     judge_cmd,
     mcp_cmd,
     optimize_cmd,
@@ -37,6 +40,9 @@ app.command("serve")(serve_cmd.serve)
 app.command("mcp")(mcp_cmd.mcp)
 app.command("optimize")(optimize_cmd.optimize)
 app.command("rollout")(rollout_cmd.rollout)
+app.command("export")(export_cmd.export)
+app.command("extract")(extract_cmd.extract)
+app.command("baselines")(baselines_cmd.baselines)
 
 
 def main() -> None:

@@ -42,7 +42,9 @@ def print_judge(result: JudgeResult) -> None:
     table.add_row("reward", f"[bold {colour}]{result.reward}[/]")
     table.add_row("compiled / correct", f"{result.compiled} / {result.correct}")
     spread = ""
-    if result.timing is not None:
+    if result.shapes:
+        spread = f"  (sum over {len(result.shapes)} input shapes)"
+    elif result.timing is not None:
         spread = (f"  (95% CI {result.timing.ci_low_ms:.4g}-{result.timing.ci_high_ms:.4g}, "
                   f"{result.timing.runs} runs)")
     table.add_row("candidate", _ms(result.runtime_ms) + spread)
@@ -53,6 +55,8 @@ def print_judge(result: JudgeResult) -> None:
         table.add_row("max abs / rel-norm error", f"{result.correctness.max_abs_error:.3g} / "
                       f"{result.correctness.max_rel_error:.3g}")
     console.print(table)
+    if result.shapes:
+        print_shapes(result)
     for reason in result.reasons:
         console.print(f"  [yellow]-[/] {reason}", highlight=False)
     for flag in result.flags:
@@ -61,6 +65,18 @@ def print_judge(result: JudgeResult) -> None:
         console.print(f"  judged by {result.judge_version}, seed {result.seed}", highlight=False)
     if result.build and not result.build.ok:
         print_build(result.build)
+
+
+def print_shapes(result: JudgeResult) -> None:
+    table = Table(title="per input shape")
+    for column in ("shape", "correct", "reward", "candidate", "eager", "vs eager", "compile",
+                   "vs compile"):
+        table.add_column(column)
+    for shape in result.shapes:
+        table.add_row(shape.name, "yes" if shape.correct else "[red]no[/]", str(shape.reward),
+                      _ms(shape.runtime_ms), _ms(shape.eager_ms), _x(shape.speedup_vs_eager),
+                      _ms(shape.compile_ms), _x(shape.speedup_vs_compile))
+    console.print(table)
 
 
 def print_build(result: BuildResult) -> None:

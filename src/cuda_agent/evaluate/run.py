@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from cuda_agent.evaluate import audited
 from cuda_agent.evaluate.metrics import (
     FAST_P,
     EvalTable,
@@ -38,6 +39,9 @@ class EvalConfig(BaseModel):
     pool: PoolConfig = Field(default_factory=PoolConfig, description="Judge workers and judge.")
     fast_p: tuple[float, ...] = Field(FAST_P, description="Thresholds p of the fast_p metric.")
     precision: Precision | None = Field(None, description="Override every task's precision.")
+    audit: Path | None = Field(
+        None, description="A `cuda-agent synth audit` folder: also report the metrics without "
+        "the problems it rejected (metrics_audited.md/.json).")
 
 
 def task_key(task: Task) -> str:
@@ -62,9 +66,10 @@ def find_answer(answers: Path, task: Task) -> Path | None:
     return None
 
 
-def read_results(out: Path) -> dict[str, dict[str, Any]]:
-    """Rows of ``OUT/results.jsonl`` by task key (the last row of a key wins)."""
-    path = out / RESULTS
+def read_results(out: Path, name: str = RESULTS) -> dict[str, dict[str, Any]]:
+    """Rows of ``OUT/results.jsonl`` (or ``OUT/name``) by task key (the last row of a key
+    wins)."""
+    path = out / name
     rows: dict[str, dict[str, Any]] = {}
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -96,6 +101,7 @@ def run_eval(tasks: str, answers: Path, out: Path, config: EvalConfig | None = N
     answers, out = Path(answers), Path(out)
     if not answers.is_dir():
         raise FileNotFoundError(f"{answers}: the answers folder does not exist")
+    rejected = audited.load_rejected(config.audit) if config.audit else None
     task_list = list(load_tasks(tasks, precision=config.precision))
     keys = [task_key(t) for t in task_list]
     if len(set(keys)) != len(keys):
@@ -119,6 +125,9 @@ def run_eval(tasks: str, answers: Path, out: Path, config: EvalConfig | None = N
     levels = sorted({t.level for t in task_list if t.level is not None})
     table = compute_table(records, levels, config.pool.judge.faster_margin, config.fast_p)
     _write_outputs(out, table, records, config, found, tasks, command, task_list)
+    if rejected is not None:
+        audited.write(out, audited.audited_tables(records, rejected, levels, table.margin,
+                                                  config.fast_p, str(config.audit)))
     return table
 
 

@@ -17,7 +17,13 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from cuda_agent.results import BuildResult, CorrectnessResult, JudgeResult, TimingStats
+from cuda_agent.results import (
+    BuildResult,
+    CorrectnessResult,
+    JudgeResult,
+    ShapeResult,
+    TimingStats,
+)
 from cuda_agent.tasks.task import Task
 
 if TYPE_CHECKING:
@@ -249,4 +255,6 @@ def judge_result(data: dict[str, Any]) -> JudgeResult:
     for key in ("reasons", "flags"):
         fields[key] = tuple(fields.get(key, ()))
     fields["phases"] = tuple(tuple(p) for p in fields.get("phases", ()))
+    fields["shapes"] = tuple(ShapeResult(**{**s, "reasons": tuple(s.get("reasons", ()))})
+                             for s in fields.get("shapes", ()))
     return JudgeResult(**fields)

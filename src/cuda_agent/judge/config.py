@@ -62,5 +62,8 @@ class JudgeConfig(BaseModel):
     process_timeout_s: float = Field(600.0, gt=0, description="Limit for each worker process.")
     atol: float | None = Field(None, description="Absolute tolerance; default per dtype.")
     rtol: float | None = Field(None, description="Relative tolerance; default per dtype.")
+    shape: str | None = Field(
+        None, description="For a task declaring INPUT_SHAPES: judge this shape alone. None: "
+        "every declared shape (correct at all, times summed, the lowest shape's reward).")
     faster_margin: float = Field(0.95, description="Faster means runtime < margin x baseline.")
     build: BuildConfig = Field(default_factory=BuildConfig, description="Kernel build options.")

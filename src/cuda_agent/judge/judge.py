@@ -1,4 +1,4 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v3).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v4).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
@@ -30,13 +30,15 @@ from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
+from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
 from cuda_agent.judge.timing import stats
 from cuda_agent.judge.transport import TransportError, open_pack, pack_kind, unpack
 from cuda_agent.judge.verify import check_outputs, check_timing
 from cuda_agent.judge.worker import without_model
 from cuda_agent.results import JudgeResult
-from cuda_agent.tasks.task import Task
+from cuda_agent.tasks.shapes import input_shapes, shape_tasks
+from cuda_agent.tasks.task import Task, TaskError
 
 
 class JudgeError(RuntimeError):
@@ -87,13 +89,36 @@ class Judge:
         return all(w.wait_idle(max(0.0, deadline - time.monotonic())) for w in self._spares)
 
     def judge(self, task: Task, candidate: Candidate, profile: bool = False) -> JudgeResult:
+        """The verdict; a task declaring ``INPUT_SHAPES`` is judged at every shape (or at
+        ``config.shape`` alone) and the verdicts combined (``judge.shapes``)."""
         start = time.perf_counter()
         seed = self.config.seed if self.config.seed is not None else secrets.randbelow(2**30)
-        with tempfile.TemporaryDirectory(prefix="cuda-agent-judge-") as tmp:
-            result = self._judge(task, candidate, Path(tmp), seed, profile)
+        try:
+            variants = shape_tasks(task)
+        except TaskError as exc:
+            raise JudgeError(str(exc)) from None
+        if self.config.shape is not None:
+            variants = [v for v in variants if v[0] == self.config.shape]
+            if not variants:
+                raise JudgeError(f"--shape {self.config.shape!r}: the task declares no such "
+                                 f"input shape (shapes: {', '.join(input_shapes(task.code))})")
+        if not variants:
+            result = self._judge_once(task, candidate, seed, profile)
+        else:
+            parts = []
+            for name, shaped in variants:
+                parts.append((name, self._judge_once(shaped, candidate, seed, profile)))
+                if not parts[-1][1].compiled:
+                    break  # a failed build fails at every shape
+            result = combine(parts, len(variants))
         if self.config.keep_warm and not self._spares:
             self._spares.extend(self._pair())
         return dataclasses.replace(result, seconds=time.perf_counter() - start)
+
+    def _judge_once(self, task: Task, candidate: Candidate, seed: int, profile: bool
+                    ) -> JudgeResult:
+        with tempfile.TemporaryDirectory(prefix="cuda-agent-judge-") as tmp:
+            return self._judge(task, candidate, Path(tmp), seed, profile)
 
     def _judge(self, task: Task, candidate: Candidate, tmp: Path, seed: int, profile: bool
                ) -> JudgeResult:

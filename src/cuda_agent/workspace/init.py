@@ -22,6 +22,7 @@ import jinja2
 from cuda_agent import __version__
 from cuda_agent.paths import TEMPLATES, home_dir
 from cuda_agent.tasks.inspect import TaskSpec, inspect_task
+from cuda_agent.tasks.shapes import input_shapes
 from cuda_agent.tasks.task import Task
 from cuda_agent.workspace.stub import render_stub
 
@@ -67,7 +68,7 @@ def init_workspace(task: Task, directory: Path, device: str = "cpu", *,
         task_name=task.name, precision=task.precision.value,
         inputs=[str(s) for s in spec.inputs], outputs=[str(s) for s in spec.outputs or ()],
         init_inputs=spec.init_inputs, init_signature=_init_signature(task.code),
-        arch=f"sm_{arch}" if arch else "", commands=COMMANDS))
+        shapes=input_shapes(task.code), arch=f"sm_{arch}" if arch else "", commands=COMMANDS))
     (root / "utils").mkdir()
     for name in ("build", "verify", "profile"):
         script = root / "utils" / name

@@ -1,0 +1,68 @@
+"""``cuda-agent baselines TASKS --out DIR``: time and cache every task's eager and compile
+baselines on this device (docs/evaluation.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from cuda_agent.cli import overrides
+from cuda_agent.cli.render import console
+
+
+def _ints(text: str | None) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip()) if text else ()
+
+
+def _shard(text: str) -> tuple[int, int]:
+    k, sep, n = text.partition("/")
+    if not sep or not k.isdigit() or not n.isdigit() or not 0 <= int(k) < int(n):
+        raise typer.BadParameter(f"--shard {text!r}: expected K/N with 0 <= K < N, e.g. 0/4")
+    return int(k), int(n)
+
+
+def baselines(
+    tasks: str = typer.Argument(..., help="Task set: KernelBench JSONL or checkout, a folder, "
+                                "a parquet/datasets folder, or builtin:NAME."),
+    out: Path = typer.Option(..., "--out", help="Output folder; rerunning resumes it."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present)."),
+    no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline "
+                                    "(cached under another key than with it)."),
+    levels: str | None = typer.Option(None, help="Comma-separated levels, e.g. 1,2 (default all)."),
+    limit: int | None = typer.Option(None, help="At most this many tasks (after --levels)."),
+    workers: int = typer.Option(1, help="Tasks measured at once; CPU only (a GPU timing needs "
+                                "the whole GPU)."),
+    shard: str = typer.Option("0/1", help="K/N: only every N-th task from the K-th (run one "
+                              "shard per GPU, each with its own CUDA_VISIBLE_DEVICES)."),
+    time_limit: float | None = typer.Option(None, "--time-limit", help="Seconds; start no task "
+                                            "after this, the rest stays pending for a rerun."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="Measure again the tasks "
+                                      "whose row is an error."),
+    sets: list[str] = typer.Option([], "--set", help="Override KEY=VALUE of the baselines "
+                                   "config, repeatable (e.g. --set judge.time_budget_s=5)."),
+    report_only: bool = typer.Option(False, "--report-only", help="Measure nothing: rewrite "
+                                     "the summary and table from the rows already in --out."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Measure eager and torch.compile timings of every task in clean processes and store them
+    in the judge's baseline cache, so later `eval`/`judge` runs on this device reuse them."""
+    from cuda_agent.evaluate.baselines import BaselinesConfig, run_baselines
+    from cuda_agent.evaluate.baselines_report import summary_markdown
+    from cuda_agent.judge import JudgeConfig
+    from cuda_agent.judge.judge import JudgeError
+    from cuda_agent.tasks import TaskError
+
+    config = BaselinesConfig(judge=JudgeConfig(device=device, time_compile=not no_compile),
+                             levels=_ints(levels), limit=limit, workers=workers,
+                             shard=_shard(shard), time_limit_s=time_limit,
+                             retry_errors=retry_errors)
+    config = overrides.apply(config, sets)
+    try:
+        summary = run_baselines(tasks, out, config, show_progress=not quiet,
+                                measure=not report_only)
+    except (TaskError, JudgeError, ValueError) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(summary_markdown(summary), markup=False, soft_wrap=True)
+    console.print(f"written to {out}", markup=False)

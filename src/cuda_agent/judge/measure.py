@@ -1,0 +1,72 @@
+"""Measure a task's eager and torch.compile baselines the way the judge does, and cache them.
+
+    from cuda_agent.judge.measure import measure_baselines
+    measured = measure_baselines(task, JudgeConfig(device="cuda"))
+
+The reference and the compile baseline run in fresh worker processes with the judge's own
+jobs, timing settings and cache key, so a later judgement of the same task on the same
+device (and settings) reads the figures from the cache instead of timing them again.
+"""
+
+from __future__ import annotations
+
+import secrets
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cuda_agent.judge.baselines import Baselines
+from cuda_agent.judge.config import JudgeConfig
+from cuda_agent.judge.judge import Judge, JudgeError, _Plan
+from cuda_agent.tasks.task import Task
+
+
+@dataclass(frozen=True)
+class MeasuredBaselines:
+    """A task's baselines and where they came from."""
+
+    baselines: Baselines
+    cached: bool
+    """True when read from the cache, False when measured now (and stored)."""
+    key: str
+    """The judge's baseline cache key (task, device, torch, precision, judge version, timing)."""
+    device: str
+    seconds: float
+
+
+def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bool = False
+                      ) -> MeasuredBaselines:
+    """The judge's baselines of ``task``: from the cache, else measured now and stored.
+
+    ``refresh`` measures even when cached. Raises ``JudgeError`` when the reference or the
+    torch.compile baseline fails (the judge could not judge the task either).
+    """
+    config = (config or JudgeConfig()).model_copy(update={"confine": "off"})
+    if not config.time:
+        raise ValueError("baselines are timings: JudgeConfig.time must be on")
+    start = time.perf_counter()
+    seed = config.seed if config.seed is not None else secrets.randbelow(2**30)
+    with Judge(config) as judge, tempfile.TemporaryDirectory(prefix="cuda-agent-base-") as tmp:
+        plan = _Plan(config, task, judge.device, seed, Path(tmp))
+        cached = None if refresh else plan.cached_baselines()
+        if cached is not None:
+            return MeasuredBaselines(cached, True, plan.baseline_key, judge.device,
+                                     time.perf_counter() - start)
+        worker = judge._worker()
+        try:
+            ref = worker.run(plan.job("reference", time=True, bandwidth=True,
+                                      tracer=judge._timer()), config.process_timeout_s)
+        finally:
+            worker.close()
+        if not ref.ok:
+            raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
+                             f"{ref.stderr_tail[-800:]}")
+        base = judge._measure_baselines(plan, ref)
+    return MeasuredBaselines(base, False, plan.baseline_key, judge.device,
+                             time.perf_counter() - start)
+
+
+def baseline_key(task: Task, config: JudgeConfig, device: str) -> str:
+    """The cache key the judge uses for ``task``'s baselines on ``device`` (resolved)."""
+    return _Plan(config, task, device, 0, Path()).baseline_key
