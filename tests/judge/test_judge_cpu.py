@@ -285,5 +285,10 @@ def test_every_declared_shape_is_judged_and_a_shape_specialised_kernel_fails(
     assert not result.correct and result.reward == -1
     assert [(s.name, s.correct) for s in result.shapes] == [("large", True), ("small", False)]
     assert any(r.startswith("[shape small]") for r in result.reasons), result.reasons
-    only = judge(task_path, workspace, CHECK_ONLY.model_copy(update={"shape": "large"}))
-    assert only.correct and [s.name for s in only.shapes] == ["large"]
+
+
+def test_an_undeclared_shape_is_refused_before_any_work(scale_add_task: Path, workspace: Path):
+    from cuda_agent.judge.judge import JudgeError
+
+    with pytest.raises(JudgeError, match="declares no such input shape"):
+        judge(scale_add_task, workspace, CHECK_ONLY.model_copy(update={"shape": "large"}))

@@ -46,14 +46,19 @@ def make_cli_policy(spec: str, base_url: str | None, api_key: str | None,
     return make_policy(spec)
 
 
-def agent_config(device: str, max_turns: int, max_tokens: int, sets: list[str]) -> Any:
-    """AgentConfig with the final judgement's ``--set`` overrides (device from the task's
-    workspace)."""
+def agent_config(device: str, max_turns: int, max_tokens: int, sets: list[str],
+                 tool_sets: list[str] = ()) -> Any:
+    """AgentConfig with the final judgement's ``--set`` overrides and the episode's verify
+    and profile tools' ``--tool-set`` overrides (device from the task's workspace)."""
     from cuda_agent.agent.loop import AgentConfig
+    from cuda_agent.agent.tools import ToolsConfig
     from cuda_agent.judge import JudgeConfig
 
     judge = overrides.apply(JudgeConfig(device=device), sets)
+    tools = overrides.apply(JudgeConfig(device=device), list(tool_sets))
+    changed = tools.model_dump(exclude={"device"}, mode="json", exclude_defaults=True)
     return AgentConfig(max_turns=max_turns, max_tokens=max_tokens,
+                       tools=ToolsConfig(judge=changed),
                        judge=judge.model_dump(exclude={"device"}, mode="json"))
 
 
@@ -69,3 +74,6 @@ MAX_TURNS = typer.Option(200, help="Policy steps per episode at most.")
 MAX_TOKENS = typer.Option(128_000, help="Context budget of one step, in tokens.")
 SETS = typer.Option([], "--set", help="Final-judgement override KEY=VALUE (same keys as "
                     "`cuda-agent judge --set`).")
+TOOL_SETS = typer.Option([], "--tool-set", help="Override KEY=VALUE of the judgements the "
+                         "agent's verify and profile tools make, e.g. --tool-set "
+                         "time_compile=false.")

@@ -25,6 +25,7 @@ def optimize(
     max_turns: int = opts.MAX_TURNS,
     max_tokens: int = opts.MAX_TOKENS,
     sets: list[str] = opts.SETS,
+    tool_sets: list[str] = opts.TOOL_SETS,
 ) -> None:
     """Optimise TASK with an agent: workspace, episode, final judgement, report."""
     from cuda_agent.agent.optimize import OptimizeError
@@ -37,7 +38,7 @@ def optimize(
         the_task = load_task(task)
         policy = opts.make_cli_policy(opts.policy_spec(model, the_task, dev), base_url,
                                       api_key, temperature)
-        config = opts.agent_config(dev, max_turns, max_tokens, sets)
+        config = opts.agent_config(dev, max_turns, max_tokens, sets, tool_sets)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder = out or Path("cuda-agent-runs") / f"{the_task.name}-{stamp}"
     console.rule(f"optimize {the_task.name} on {dev} with {policy.name}")
