@@ -92,6 +92,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     no_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     no_nvcc = pytest.mark.skip(reason="needs nvcc on PATH")
     for item in items:
+        if item.name.startswith("test_naive_harness_is_fooled"):
+            item.add_marker(pytest.mark.naive)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:
