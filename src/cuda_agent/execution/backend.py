@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from cuda_agent.results import (
     BuildResult,
@@ -94,8 +94,9 @@ class PoolBase:
     """What both pools share: queueing, ``map``, ``stats``, the supervisor loop, closing,
     and how a job ends or is retried. The pool provides ``config.retries``, ``_lock``,
     ``_closed``, ``_thread``, ``_next_id``, ``_queue`` (a deque of waiting jobs), the
-    ``_done`` / ``_failed`` / ``_replaced`` counters, ``submit``, ``_workers()`` (its slots
-    or actors, each with a ``job``), ``_dispatch``, ``_wait_for_events`` and ``_check``."""
+    ``_done`` / ``_failed`` / ``_replaced`` counters, ``submit``, ``close``, ``_workers()``
+    (its slots or actors, each with a ``job``), ``_dispatch``, ``_wait_for_events`` and
+    ``_check``."""
 
     config: Any
     _lock: Any
@@ -107,6 +108,12 @@ class PoolBase:
     _replaced: int
 
     _thread: Any
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()  # each pool's own
 
     def _workers(self) -> list[Any]:
         raise NotImplementedError

@@ -117,12 +117,6 @@ class JudgePool(PoolBase):
             raise ValueError("judge.device is 'cuda' but the pool has no GPU")
         return list(gpus) if gpus else [None] * self.config.cpu_workers
 
-    def __enter__(self) -> JudgePool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def submit(self, task: Task, candidate: str | Path, _debug_sleep_s: float = 0.0
                ) -> JobHandle:
         """Queue judging ``candidate`` (a workspace, a .py file or ``builtin:NAME``).

@@ -100,12 +100,6 @@ class RayJudgePool(PoolBase):
             raise ValueError("judge.device is 'cuda' but the Ray pool has no GPU")
         return ["cuda"] * count if count else ["cpu"] * self.config.cpu_workers
 
-    def __enter__(self) -> RayJudgePool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     def submit(self, task: Task, candidate: str | Path, _debug_sleep_s: float = 0.0
                ) -> JobHandle:
         """Queue judging ``candidate`` (a workspace, a .py file or ``builtin:NAME``).

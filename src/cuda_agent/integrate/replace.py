@@ -13,7 +13,6 @@ the model is touched: on any error the model is left as it was.
 
 from __future__ import annotations
 
-import fnmatch
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -103,10 +102,9 @@ def match(model: nn.Module, pattern: str) -> list[str]:
     if not parts or any(not p for p in parts):
         raise IntegrateError(f"pattern {pattern!r}: give a dotted sub-module path such as "
                              "'blocks.*.mlp' (the whole model cannot be replaced in place)")
-    found = [name for name, _ in model.named_modules()
-             if name and len(name.split(".")) == len(parts)
-             and all(fnmatch.fnmatchcase(c, p)
-                     for c, p in zip(name.split("."), parts, strict=True))]
+    from cuda_agent.integrate.capture import find_children  # imports torch
+
+    found = [name for name, _ in find_children(model, pattern)]
     if not found:
         nearby = [name for name, _ in model.named_modules() if name][:12]
         raise IntegrateError(f"pattern {pattern!r} matches no sub-module of "

@@ -11,16 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from cuda_agent.judge.record import _ratio
 from cuda_agent.results import CorrectnessResult, JudgeResult, ShapeResult
 
 
 def _total(results: Sequence[JudgeResult], attr: str) -> float | None:
     values = [getattr(r, attr) for r in results]
     return None if any(v is None for v in values) else sum(values)
-
-
-def _ratio(base: float | None, value: float | None) -> float | None:
-    return base / value if base is not None and value else None
 
 
 def _merged(parts: Sequence[tuple[str, tuple[str, ...]]], count: int) -> tuple[str, ...]:
