@@ -3,6 +3,8 @@
 #
 #   bash benchmarks/judge_v2/device_judge.sh tests OUT_DIR   # GPU tests: judge, pool, e2e
 #   bash benchmarks/judge_v2/device_judge.sh bench OUT_DIR   # fidelity, then latency
+#   bash benchmarks/judge_v2/device_judge.sh large OUT_DIR   # outputs of gigabytes: baselines
+#        of the largest level-1 problems, the honest ReLU answer judged, the judge's GPU tests
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -35,6 +37,32 @@ bench)
 cuda-hacks)
   timeout 200 python3 -m pytest -q -m gpu tests/judge/adversarial/test_cuda_hacks.py \
     -p no:cacheprovider --timeout 120 -rfEsxX 2>&1 | tail -15 | tee "$OUT/cuda_hacks.txt"
+  ;;
+large)
+  python3 - "$KB" "$OUT" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+big = [r for r in rows if r["level"] == 1 and r["problem_id"] in (5, 7, 9, 11, 19, 20, 21, 22)]
+open(f"{sys.argv[2]}/large.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in big))
+relu = [r for r in big if r["problem_id"] == 19]
+open(f"{sys.argv[2]}/relu.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in relu))
+print(len(big), "large tasks")
+PY
+  echo "== baselines of the large level-1 problems"
+  timeout 330 python3 -m cuda_agent baselines "$OUT/large.jsonl" --out "$OUT/large_base" \
+    --device cuda --quiet --set judge.process_timeout_s=200 2>&1 | tail -24
+  echo "== the honest ReLU answer, 6.4 GB in and out"
+  timeout 150 python3 -m cuda_agent eval "$OUT/relu.jsonl" benchmarks/kernelbench_l1 \
+    --out "$OUT/relu_eval" --device cuda --quiet 2>&1 | tail -8
+  python3 -c "
+import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line); j = r.get('result') or r
+    print({k: j.get(k) for k in ('task', 'correct', 'reward', 'runtime_ms', 'eager_ms',
+                                 'compile_ms', 'reasons', 'flags')})" "$OUT/relu_eval/results.jsonl"
+  echo "== the judge's GPU tests"
+  timeout 240 python3 -m pytest -q -m gpu tests/judge -p no:cacheprovider --timeout 200 \
+    -rfEsxX 2>&1 | tail -12
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

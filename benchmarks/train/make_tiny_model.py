@@ -17,12 +17,10 @@ CORPUS = ('<tool_call>{"name": "write_file", "arguments": {"path": "kernels/k.cp
           "tool submit build verify profile model_new.py ModelNew forward return")
 
 
-def make_tiny_model(folder: Path, layers: int = 2, hidden: int = 32, vocab: int = 400,
-                    positions: int = 32768,
-                    seed: int = 0) -> Path:
-    import torch
+def bpe_tokenizer(corpus: list[str], vocab: int):
+    """A byte-level BPE tokenizer trained on ``corpus`` (``vocab`` ids at most)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     raw = Tokenizer(models.BPE())
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -30,10 +28,18 @@ def make_tiny_model(folder: Path, layers: int = 2, hidden: int = 32, vocab: int 
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
-    raw.train_from_iterator([CORPUS] * 20, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>",
-                                        pad_token="<|endoftext|>",
-                                        clean_up_tokenization_spaces=False)
+    raw.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=raw, eos_token="<|endoftext|>",
+                                   pad_token="<|endoftext|>", clean_up_tokenization_spaces=False)
+
+
+def make_tiny_model(folder: Path, layers: int = 2, hidden: int = 32, vocab: int = 400,
+                    positions: int = 32768,
+                    seed: int = 0) -> Path:
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = bpe_tokenizer([CORPUS] * 20, vocab)
     eos = tokenizer.eos_token_id
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=positions, n_embd=hidden,
                         n_layer=layers, n_head=2, bos_token_id=eos, eos_token_id=eos)

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from cuda_agent.judge.compare import compare_trials
@@ -37,3 +38,26 @@ def test_integer_outputs_compared_exactly():
     ref = torch.arange(10)
     assert compare_trials([[ref]], [[ref.clone()]]).correct
     assert not compare_trials([[ref]], [[ref + 1]]).correct
+
+
+def test_chunked_comparison_matches_whole_tensor_figures(monkeypatch):
+    import cuda_agent.judge.compare as compare
+
+    ref = torch.randn(10_000, dtype=torch.float32)
+    out = ref + 1e-6 * torch.randn_like(ref)
+    out[9_999] += 1.0  # in the last chunk
+    whole = compare_trials([[ref]], [[out]])
+    monkeypatch.setattr(compare, "CHUNK", 1_000)
+    chunked = compare_trials([[ref]], [[out]])
+    assert chunked.reasons == whole.reasons and "1 of 10000 elements" in chunked.reasons[0]
+    assert chunked.max_abs_error == pytest.approx(whole.max_abs_error)
+    assert chunked.max_rel_error == pytest.approx(whole.max_rel_error)
+    out[9_999] = float("nan")  # a non-finite value is named first, whatever chunk it is in
+    assert "non-finite values" in compare_trials([[ref]], [[out]]).reasons[0]
+
+
+def test_norm_check_only_from_norm_from():
+    ref = torch.softmax(0.1 * torch.randn(2, 100_000), dim=1)
+    zeros = torch.zeros_like(ref)
+    assert compare_trials([[ref], [ref]], [[zeros], [ref]], norm_from=1).correct
+    assert not compare_trials([[ref], [ref]], [[ref], [zeros]], norm_from=1).correct

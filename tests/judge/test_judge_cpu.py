@@ -292,3 +292,22 @@ def test_an_undeclared_shape_is_refused_before_any_work(scale_add_task: Path, wo
 
     with pytest.raises(JudgeError, match="declares no such input shape"):
         judge(scale_add_task, workspace, CHECK_ONLY.model_copy(update={"shape": "large"}))
+
+
+def test_outputs_over_the_budget_are_checked_in_fewer_trials(scale_add_task: Path,
+                                                             workspace: Path):
+    """A budget smaller than one trial's outputs: two trials (a fresh and a scaled one) and
+    one timed set are checked, the verdict says so, and an answer that ignores its inputs
+    still fails."""
+    config = CHECK_ONLY.model_copy(update={"output_budget_gb": 1e-9, "trials": 5})
+    result = judge(scale_add_task, workspace, config)
+    assert result.correct, result.reasons
+    assert any("exceed the output budget" in f and "2 of 7 trials checked" in f
+               for f in result.flags), result.flags
+    (workspace / "model_new.py").write_text(SCALE_ADD_MODEL_NEW.replace(
+        "        return cuda_extension.scale_add(x.contiguous(), y.contiguous(), self.alpha)",
+        "        if not hasattr(self, 'kept'):\n"
+        "            self.kept = (x.clone(), y.clone())\n"
+        "        return cuda_extension.scale_add(*self.kept, self.alpha)"))
+    result = judge(scale_add_task, workspace, config)
+    assert not result.correct and "trial 1" in result.reasons[0], result.reasons

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v4"
+JUDGE_VERSION = "judge-v5"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -24,6 +24,9 @@ History:
 - judge-v4: the candidate's process is confined (own user, mount, pid, network namespaces;
   read-only file system but its own folder): it cannot change the caches, the task store or
   the workspace, and every process it starts is counted and dies with it.
+- judge-v5: an output budget (``output_budget_gb``): on tasks whose outputs would not fit,
+  fewer trials, float64 twins and timed sets are checked (``judge.budget``; the verdict
+  says which); comparisons run in chunks, so outputs of gigabytes compare in bounded memory.
 """
 
 
@@ -56,6 +59,10 @@ class JudgeConfig(BaseModel):
         "auto", description="Confine the candidate's process in namespaces of its own "
         "(read-only file system, private /tmp, no network, own pid namespace). 'auto': where "
         "the OS allows (results say which in `isolation`); 'on': refuse to judge otherwise.")
+    output_budget_gb: float = Field(
+        8.0, gt=0, description="Checked outputs (trial outputs, float64 twins, timed "
+        "outputs) the reference reports at most, in GiB; over it fewer are checked, at "
+        "least two trials and one timed set (judge.budget), and the verdict says so.")
     memory_limit_gb: float = Field(32.0, description="Address-space limit of CPU workers.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")

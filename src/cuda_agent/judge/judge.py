@@ -1,4 +1,4 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v4).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v5).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
@@ -26,6 +26,7 @@ import torch
 from cuda_agent.build.builder import Builder
 from cuda_agent.judge import baselines as baseline_cache
 from cuda_agent.judge import confine
+from cuda_agent.judge.budget import OutputPlan
 from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.record import Verdict
@@ -166,6 +167,9 @@ class Judge:
         if not ref.ok:
             raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
                              f"{ref.stderr_tail[-800:]}")
+        reduced = plan.keep(ref.result.get("kept"))
+        if reduced:
+            verdict.flags.append(reduced)
         with verdict.phase("collect_reference"):
             reference = plan.collect_reference(ref, ref_worker)
         ref_worker.close()
@@ -257,6 +261,7 @@ class _Plan:
         self.cfg, self.task, self.device, self.tmp = cfg, task, device, tmp
         self.trials = [[seed + i, 1.0] for i in range(cfg.trials)]
         self.trials += [[seed + 500 + j, s] for j, s in enumerate(cfg.scales)]
+        self.fresh_trials = cfg.trials
         self.timing_seeds = [seed + 1000 + k for k in range(2)]
         self.fresh_seed = seed + 2000
         self.init_seed = seed
@@ -275,12 +280,34 @@ class _Plan:
             return None
         return found
 
+    def keep(self, kept: Any) -> str | None:
+        """Run only the trials and timed sets the reference reported (``judge.budget``);
+        the verdict's note when that is fewer than planned."""
+        if kept is None:
+            return None
+        try:
+            indices, wide, timed = kept["trials"], int(kept["wide"]), int(kept["timed"])
+            out_bytes = int(kept["out_bytes"])
+            trials = [self.trials[i] for i in indices]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise JudgeError(f"the reference reported a bad output plan: {exc}") from None
+        if not trials or not 0 <= timed <= len(self.timing_seeds):
+            raise JudgeError(f"the reference reported a bad output plan: {kept}")
+        n_trials, n_timed = len(self.trials), len(self.timing_seeds)
+        if len(trials) == n_trials and timed == n_timed and \
+                (wide == n_trials or not self.cfg.float64_check):
+            return None
+        self.trials, self.timing_seeds = trials, self.timing_seeds[:timed]
+        plan = OutputPlan(tuple(indices), wide, timed, out_bytes, True)
+        return plan.note(n_trials, n_timed, int(self.cfg.output_budget_gb * 2**30))
+
     def job(self, role: str, time: bool | None = None, **extra: Any) -> dict[str, Any]:
         code = without_model(self.task.code) if role == "candidate" else self.task.code
         return {"role": role, "task_code": code, "device": self.device,
                 "init_seed": self.init_seed, "trials": self.trials,
                 "timing_seeds": self.timing_seeds, "fresh_seed": self.fresh_seed,
-                "check": self.cfg.check,
+                "fresh_trials": self.fresh_trials, "check": self.cfg.check,
+                "output_budget_gb": self.cfg.output_budget_gb,
                 "time": self.cfg.time if time is None else time,
                 "precision": self.task.precision.value, "float64": self.cfg.float64_check,
                 "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}

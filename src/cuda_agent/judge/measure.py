@@ -42,7 +42,8 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
     ``refresh`` measures even when cached. Raises ``JudgeError`` when the reference or the
     torch.compile baseline fails (the judge could not judge the task either).
     """
-    config = (config or JudgeConfig()).model_copy(update={"confine": "off"})
+    # the baselines are timings: no outputs are checked (the cache key does not depend on it)
+    config = (config or JudgeConfig()).model_copy(update={"confine": "off", "check": False})
     if not config.time:
         raise ValueError("baselines are timings: JudgeConfig.time must be on")
     start = time.perf_counter()

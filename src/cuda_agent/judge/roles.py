@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from cuda_agent.judge import timing
+from cuda_agent.judge.budget import OutputPlan, plan_outputs
 from cuda_agent.judge.transport import Packer, TransportError
 from cuda_agent.judge.worker import (
     StageError,
@@ -82,19 +83,28 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
 def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
                        model: torch.nn.Module, packer: Packer, result: dict, device: str
                        ) -> None:
-    """Trial outputs, their float64 twins and the timed sets' outputs, packed for the judge."""
+    """Trial outputs, their float64 twins and the timed sets' outputs, packed for the judge,
+    as many as the output budget allows (``judge.budget``; what was kept is reported)."""
     model64 = _double(model) if job.get("float64", True) else None
     result["float64"] = model64 is not None
     trials, wide = [], []
     with torch.no_grad():
-        for i, (seed, scale) in enumerate(job["trials"]):
+        seed0, scale0 = job["trials"][0]
+        first_inputs = make_inputs(ns, seed0, device, scale0)
+        first = as_outputs(forward(*first_inputs))
+        tensors = [t for t in [*first_inputs, *first] if isinstance(t, torch.Tensor)]
+        result["io_bytes"] = sum(t.numel() * t.element_size() for t in tensors)
+        plan = _output_plan(job, first, model64 is not None)
+        result["kept"] = {"trials": list(plan.trials), "wide": plan.wide, "timed": plan.timed,
+                          "out_bytes": plan.out_bytes}
+        del first_inputs, tensors
+        for position, index in enumerate(plan.trials):
+            seed, scale = job["trials"][index]
             inputs = make_inputs(ns, seed, device, scale)
-            outputs = as_outputs(forward(*inputs))
-            if i == 0:
-                result["io_bytes"] = sum(t.numel() * t.element_size() for t in
-                                         [*inputs, *outputs] if isinstance(t, torch.Tensor))
+            outputs = first if index == 0 else as_outputs(forward(*inputs))
             trials.append(packer.add(outputs))
-            if model64 is not None:
+            first = None
+            if model64 is not None and position < plan.wide:
                 wide_inputs = [x.double() if isinstance(x, torch.Tensor) and
                                x.is_floating_point() else x for x in inputs]
                 try:
@@ -102,10 +112,23 @@ def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
                 except Exception as exc:  # some operators have no float64 kernel
                     model64, result["float64"] = None, False
                     result["float64_error"] = f"{type(exc).__name__}: {exc}"[:300]
+                del wide_inputs
+            del inputs, outputs
         timed = [packer.add(as_outputs(forward(*make_inputs(ns, seed, device))))
-                 for seed in job["timing_seeds"]]
+                 for seed in job["timing_seeds"][:plan.timed]]
     result["outputs"] = {"pack": packer.finish(), "trials": trials,
-                         "out64": wide if model64 is not None else None, "timed": timed}
+                         "out64": wide if model64 is not None and wide else None,
+                         "timed": timed}
+
+
+def _output_plan(job: dict[str, Any], first: list[Any], wide: bool) -> OutputPlan:
+    tensors = [t for t in first if isinstance(t, torch.Tensor)]
+    out_bytes = sum(t.numel() * t.element_size() for t in tensors)
+    wide_bytes = sum(t.numel() * (8 if t.is_floating_point() else t.element_size())
+                     for t in tensors)
+    budget = int(job.get("output_budget_gb", 8.0) * 2**30)
+    return plan_outputs(len(job["trials"]), job.get("fresh_trials", len(job["trials"])),
+                        len(job["timing_seeds"]), out_bytes, wide_bytes, budget, wide)
 
 
 def _bandwidth(device: str) -> float:

@@ -27,6 +27,8 @@ import torch
 from cuda_agent.judge import shared_pack
 
 ALIGN = 256
+DEVICE_HOLD = 1 << 30
+"""Bytes of a CUDA pack kept on the device until ``finish``; later outputs wait on the host."""
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
     torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
@@ -62,7 +64,10 @@ class Packer:
             data = value.detach().contiguous().reshape(-1).view(torch.uint8)
             offset = self.size
             if self.cuda:
-                self.parts.append((offset, data.clone()))
+                # past DEVICE_HOLD bytes the copies wait in host memory: finishing the pack
+                # then needs the pack's size on the device once, not twice
+                on_device = offset + data.numel() <= DEVICE_HOLD
+                self.parts.append((offset, data.clone() if on_device else data.cpu()))
             elif self._fd is not None:
                 if offset + data.numel() > shared_pack.capacity(self._fd):
                     raise TransportError("the outputs exceed the output pack's "
@@ -84,9 +89,10 @@ class Packer:
             self._file.close()
             return {"kind": "file", "name": "outputs.bin", "size": self.size}
         buffer = torch.zeros(max(self.size, 1), dtype=torch.uint8, device="cuda")
-        for offset, data in self.parts:
+        while self.parts:
+            offset, data = self.parts.pop(0)
             buffer[offset:offset + data.numel()].copy_(data)
-        self.parts.clear()
+            del data
         torch.cuda.synchronize()
         _HELD.append(buffer)
         (device, handle, storage_bytes, storage_offset, ref_handle, ref_offset, event_handle,

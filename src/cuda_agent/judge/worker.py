@@ -147,6 +147,8 @@ def main(out_dir: str, mark_fd: str) -> int:
             torch.cuda.init()
         run(job, out, result, mark)
         result["ok"] = True
+        if job["device"].startswith("cuda"):
+            torch.cuda.empty_cache()  # only the output pack stays while the judge copies it
     except StageError as exc:
         result["stage"], result["error"] = exc.stage, str(exc)
     except BaseException as exc:  # the candidate's own errors, reported not raised

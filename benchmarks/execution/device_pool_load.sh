@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Load benchmark of the judge worker pool on a GPU machine, in one call of under 9 minutes.
+# Repository root, GPU machine (wheels of missing pure-Python packages in .whl/, KernelBench
+# at .bench/kernelbench.jsonl):
+#
+#   bash benchmarks/execution/device_pool_load.sh OUT
+#
+# 1 GPU: honest judge jobs (the built-in gelu_bias_scale and the KernelBench L1 answers in
+# benchmarks/kernelbench_l1, half of them fresh sources that nvcc compiles inside the job)
+# through a JudgePool on GPU 0, after a warm-up that caches the baselines; the number of jobs
+# is sized for a window of about 2 minutes. With 2+ GPUs visible, the same number of jobs on
+# GPUs 0 and 1, and the scaling ratio. Results: OUT/pool_load.md (also printed), per case
+# OUT/pool_load_{1gpu,2gpu}.{md,json}, summary OUT/pool_load.json.
+set -uo pipefail
+OUT=${1:-/tmp/out}
+KB=${KB:-.bench/kernelbench.jsonl}
+mkdir -p "$OUT"
+. benchmarks/device_env.sh
+export CUDA_DEVICE_ORDER=PCI_BUS_ID  # pool GPU indices = nvidia-smi's
+NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT"
+if [ "$NGPU" -ge 2 ]; then B1=300; else B1=470; fi
+echo "== $NGPU GPU(s) visible; 1-GPU case (budget ${B1} s)"
+timeout $((B1 + 20)) $LOAD --gpus 0 --label 1gpu --jobs auto --window-s 110 \
+  --budget-s "$B1" 2>&1 | tail -100
+if [ "$NGPU" -ge 2 ]; then
+  JOBS=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('jobs','auto'))" \
+    "$OUT/pool_load_1gpu.json" 2>/dev/null || echo auto)
+  echo "== 2-GPU case, $JOBS jobs"
+  timeout 180 $LOAD --gpus 0,1 --label 2gpu --jobs "$JOBS" --window-s 60 --budget-s 160 \
+    2>&1 | tail -100
+fi
+echo "== summary"
+timeout 30 python3 benchmarks/execution/pool_load.py --summarize "$OUT" 2>&1 | head -12
