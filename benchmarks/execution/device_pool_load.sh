@@ -11,6 +11,8 @@
 # is sized for a window of about 2 minutes. With 2+ GPUs visible, the same number of jobs on
 # GPUs 0 and 1, and the scaling ratio. Results: OUT/pool_load.md (also printed), per case
 # OUT/pool_load_{1gpu,2gpu}.{md,json}, summary OUT/pool_load.json.
+# PER_GPU=N (judge workers per GPU, PoolConfig.jobs_per_gpu; default 1) and JOBS=N (instead
+# of sizing the run by a calibration round) change the cases.
 set -uo pipefail
 OUT=${1:-/tmp/out}
 KB=${KB:-.bench/kernelbench.jsonl}
@@ -18,10 +20,11 @@ mkdir -p "$OUT"
 . benchmarks/device_env.sh
 export CUDA_DEVICE_ORDER=PCI_BUS_ID  # pool GPU indices = nvidia-smi's
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT"
+PER_GPU=${PER_GPU:-1}
+LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT --jobs-per-gpu $PER_GPU"
 if [ "$NGPU" -ge 2 ]; then B1=300; else B1=470; fi
 echo "== $NGPU GPU(s) visible; 1-GPU case (budget ${B1} s)"
-timeout $((B1 + 20)) $LOAD --gpus 0 --label 1gpu --jobs auto --window-s 110 \
+timeout $((B1 + 20)) $LOAD --gpus 0 --label 1gpu --jobs "${JOBS:-auto}" --window-s 110 \
   --budget-s "$B1" 2>&1 | tail -100
 if [ "$NGPU" -ge 2 ]; then
   JOBS=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1])).get('jobs','auto'))" \

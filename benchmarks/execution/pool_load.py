@@ -247,10 +247,13 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     judge = JudgeConfig(device=device)
     if args.time_budget_s is not None:
         judge = judge.model_copy(update={"time_budget_s": args.time_budget_s})
+    per_gpu = args.jobs_per_gpu
     pool_cfg = PoolConfig(gpus=gpus, cpu_workers=args.cpu_workers, judge=judge,
-                          job_timeout_s=args.job_timeout_s, retries=1)
-    places = [f"gpu{g}" for g in gpus] or [f"cpu{k}" for k in range(args.cpu_workers)]
+                          job_timeout_s=args.job_timeout_s, retries=1, jobs_per_gpu=per_gpu)
+    places = [f"gpu{g}" if per_gpu == 1 else f"gpu{g}.{i}" for g in gpus
+              for i in range(per_gpu)] or [f"cpu{k}" for k in range(args.cpu_workers)]
     workers = len(places)
+    units = len(gpus) or workers  # GPUs, or CPU workers
     scratch = Path(tempfile.mkdtemp(prefix="pool-load-"))
     run_id = f"{args.label}-{uuid.uuid4().hex[:8]}"
     report: dict[str, Any] = {
@@ -359,7 +362,13 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     report.update({
         "window_s": round(window_s, 2), "queue_drained_after_s": round(t_drain - t0, 2),
         "jobs_per_min": round(jobs / window_s * 60, 2),
-        "jobs_per_min_per_gpu": round(jobs / window_s * 60 / workers, 2),
+        "jobs_per_min_per_gpu": round(jobs / window_s * 60 / units, 2),
+        "jobs_per_gpu": per_gpu,
+        # the share of the window in which each GPU's turn (JudgeConfig.gpu_lock) was held;
+        # with one worker per GPU there is no lock: the worker's occupancy stands for it
+        "gpu_turn_share": round(sum(dict(r.phases).get("gpu_held", 0.0) for r in results
+                                    if r is not None and hasattr(r, "phases"))
+                                / (window_s * units), 3) if per_gpu > 1 else None,
         "checks": checks, "ok": all(checks.values()) and window_s > 0,
         "verdicts": verdicts,
         "failures": [f"job {k} {plan[k][0]}: {reason(r)[:300]}"
@@ -502,19 +511,21 @@ def case_markdown(r: dict[str, Any]) -> str:
 
 def summary_markdown(cases: list[dict[str, Any]]) -> str:
     lines = ["## Judge pool load", "",
-             "| case | workers | jobs | window s | jobs/min | jobs/min/GPU | "
+             "| case | workers | jobs | window s | jobs/min | jobs/min/GPU | GPU turn held | "
              "GPU util (queue non-empty) | util > 0 (queue non-empty) | all correct, "
-             "none lost |", "|---|---|---|---|---|---|---|---|---|"]
+             "none lost |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in cases:
         if "window_s" not in r:
-            lines.append(f"| {r['label']} | {r.get('workers')} | - | - | - | - | - | - | "
+            lines.append(f"| {r['label']} | {r.get('workers')} | - | - | - | - | - | - | - | "
                          f"FAILED: {r.get('error', '')[:200]} |")
             continue
         util = r["util_while_queued"]
         mean = ", ".join(pct(u["mean_util"]) for u in util.values()) or "n/a"
         busy = ", ".join(pct(u["busy_share"]) for u in util.values()) or "n/a"
         lines.append(f"| {r['label']} | {r['workers']} | {r['jobs']} | {r['window_s']:.1f} | "
-                     f"{r['jobs_per_min']:.1f} | {r['jobs_per_min_per_gpu']:.1f} | {mean} | "
+                     f"{r['jobs_per_min']:.1f} | {r['jobs_per_min_per_gpu']:.1f} | "
+                     f"{pct(r['gpu_turn_share']) if r.get('gpu_turn_share') is not None else '-'}"
+                     f" | {mean} | "
                      f"{busy} | {'yes' if r['ok'] else 'NO'} |")
     done = [r for r in cases if "window_s" in r and r["gpus"]]
     one = next((r for r in done if len(r["gpus"]) == 1), None)
@@ -525,6 +536,10 @@ def summary_markdown(cases: list[dict[str, Any]]) -> str:
         lines.append(f"- {r['label']}: lowest mean GPU utilisation while the queue was "
                      f"non-empty {worst:.0%} (target {BUSY_TARGET:.0%}: "
                      f"{'met' if worst >= BUSY_TARGET else 'NOT met'})")
+        if r.get("gpu_turn_share") is not None:
+            lines.append(f"- {r['label']}: each GPU's turn (its lock) held "
+                         f"{r['gpu_turn_share']:.0%} of the window (target {BUSY_TARGET:.0%}: "
+                         f"{'met' if r['gpu_turn_share'] >= BUSY_TARGET else 'NOT met'})")
     if one and two:
         ratio = two["jobs_per_min"] / one["jobs_per_min"]
         lines.append(f"- scaling 2 GPUs / 1 GPU: {ratio:.2f}x (target {SCALING_TARGET}x: "
@@ -555,6 +570,8 @@ def main() -> int:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--gpus", default="0", help="GPU indices, comma separated; '' none")
     parser.add_argument("--cpu-workers", type=int, default=1)
+    parser.add_argument("--jobs-per-gpu", type=int, default=1,
+                        help="judge workers per GPU (PoolConfig.jobs_per_gpu)")
     parser.add_argument("--jobs", default="auto", help="number of jobs, or 'auto': sized "
                         "from a calibration round so the window lasts about --window-s")
     parser.add_argument("--window-s", type=float, default=110.0)

@@ -96,3 +96,18 @@ def test_cuda_judge_without_gpus_is_refused():
 @pytest.mark.gpu
 def test_one_worker_per_visible_gpu():
     check_one_worker_per_gpu(JudgePool)
+
+
+@pytest.mark.gpu
+def test_several_jobs_per_gpu_take_turns_on_it():
+    """Three workers on GPU 0 share its lock: every job is judged correct and timed, and each
+    ran its reference, candidate and comparisons inside its GPU turn."""
+    task = load_task("builtin:gelu_bias_scale")
+    config = PoolConfig(gpus=[0], jobs_per_gpu=3, judge=JudgeConfig(device="cuda"))
+    with JudgePool(config) as pool:
+        assert pool.stats().workers == 3
+        results = pool.map([(task, "builtin:gelu_bias_scale")] * 6, timeout=900)
+    for result in results:
+        assert isinstance(result, JudgeResult) and result.correct, result
+        phases = dict(result.phases)
+        assert result.runtime_ms and phases["gpu_held"] >= phases["candidate"]

@@ -311,3 +311,37 @@ def test_outputs_over_the_budget_are_checked_in_fewer_trials(scale_add_task: Pat
         "        return cuda_extension.scale_add(*self.kept, self.alpha)"))
     result = judge(scale_add_task, workspace, config)
     assert not result.correct and "trial 1" in result.reasons[0], result.reasons
+
+
+def test_a_shared_gpu_lock_makes_the_judge_wait_for_its_turn(tmp_path: Path,
+                                                             scale_add_task: Path,
+                                                             workspace: Path):
+    """With ``gpu_lock`` the judge runs its reference, candidate and comparisons only while
+    it holds the lock: held elsewhere, the judgement waits (its build does not)."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    assert judge(scale_add_task, workspace).correct  # builds it: later builds are cached
+    lock = tmp_path / "locks" / "gpu0.lock"
+    lock.parent.mkdir()
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    config = CHECK_ONLY.model_copy(update={"gpu_lock": str(lock)})
+    results = []
+    thread = threading.Thread(target=lambda: results.append(judge(scale_add_task, workspace,
+                                                                  config)))
+    start = time.monotonic()
+    thread.start()
+    time.sleep(20.0)
+    assert thread.is_alive() and not results  # built, but waiting for the GPU's turn
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    thread.join(300)
+    result = results[0]
+    phases = dict(result.phases)
+    assert result.correct, result.reasons
+    assert phases["gpu_wait"] >= 20.0 - (phases.get("build", 0.0) + 5.0)
+    assert phases["gpu_held"] > 0 and "reference" in phases
+    assert time.monotonic() - start >= 20.0

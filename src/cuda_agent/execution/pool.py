@@ -45,6 +45,10 @@ class PoolConfig(BaseModel):
         None, description="GPU indices, one worker each. None: every GPU torch sees; "
         "[]: none, judge on the CPU with ``cpu_workers`` workers.")
     cpu_workers: int = Field(1, ge=1, description="Workers when judging on the CPU.")
+    jobs_per_gpu: int = Field(
+        1, ge=1, description="Judge workers per GPU. Above 1 one job's CPU work (worker "
+        "start-up, build, checks) overlaps another's GPU work; the GPU work of the jobs on "
+        "one GPU takes turns under a lock (JudgeConfig.gpu_lock), so timings stay exclusive.")
     job_timeout_s: float = Field(
         900.0, gt=0, description="A worker busy with one job longer than this is killed and "
         "replaced; the job is retried.")
@@ -103,7 +107,7 @@ class JudgePool(PoolBase):
         self._next_id = 0
         self._done = self._failed = self._replaced = 0
         self._closed = threading.Event()
-        self._slots = [_Slot(self._ctx, gpu, self._judge) for gpu in self._places()]
+        self._slots = [_Slot(self._ctx, gpu, self._judge_for(gpu)) for gpu in self._places()]
         self._thread = threading.Thread(target=self._supervise, name="judge-pool", daemon=True)
         self._thread.start()
 
@@ -115,7 +119,15 @@ class JudgePool(PoolBase):
             gpus = []
         if device == "cuda" and not gpus:
             raise ValueError("judge.device is 'cuda' but the pool has no GPU")
-        return list(gpus) if gpus else [None] * self.config.cpu_workers
+        if not gpus:
+            return [None] * self.config.cpu_workers
+        return [gpu for gpu in gpus for _ in range(self.config.jobs_per_gpu)]
+
+    def _judge_for(self, gpu: int | None) -> dict[str, Any]:
+        """The judge config of a worker on ``gpu``: with several per GPU, the GPU's lock."""
+        if gpu is None or self.config.jobs_per_gpu == 1 or self._judge.get("gpu_lock"):
+            return self._judge
+        return {**self._judge, "gpu_lock": str(gpu_lock_path(gpu))}
 
     def submit(self, task: Task, candidate: str | Path, _debug_sleep_s: float = 0.0
                ) -> JobHandle:
@@ -204,10 +216,18 @@ class JudgePool(PoolBase):
         slot.kill()
         self._replaced += 1
         job = slot.job
-        self._slots[self._slots.index(slot)] = _Slot(self._ctx, slot.gpu, self._judge)
+        self._slots[self._slots.index(slot)] = _Slot(self._ctx, slot.gpu,
+                                                     self._judge_for(slot.gpu))
         if job is None:
             return
         self._retry_or_fail(job, reason)
+
+
+def gpu_lock_path(gpu: int) -> Path:
+    """The lock file of GPU ``gpu`` (shared by every pool of this cuda-agent home)."""
+    from cuda_agent.paths import home_dir
+
+    return home_dir() / "locks" / f"gpu{gpu}.lock"
 
 
 def _visible_gpus() -> list[int]:

@@ -63,6 +63,10 @@ class JudgeConfig(BaseModel):
         8.0, gt=0, description="Checked outputs (trial outputs, float64 twins, timed "
         "outputs) the reference reports at most, in GiB; over it fewer are checked, at "
         "least two trials and one timed set (judge.budget), and the verdict says so.")
+    gpu_lock: str | None = Field(
+        None, description="A lock file held from the reference run to the last comparison "
+        "(judge.gpu_turn): judges sharing a GPU take turns there and overlap the rest. None: "
+        "no lock (the judge has the GPU to itself). The pool sets it for jobs_per_gpu > 1.")
     memory_limit_gb: float = Field(32.0, description="Address-space limit of CPU workers.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")

@@ -26,24 +26,20 @@ import torch
 from cuda_agent.build.builder import Builder
 from cuda_agent.judge import baselines as baseline_cache
 from cuda_agent.judge import confine
-from cuda_agent.judge.budget import OutputPlan
 from cuda_agent.judge.candidate import Candidate, CandidateError
-from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
+from cuda_agent.judge.config import JudgeConfig
+from cuda_agent.judge.gpu_turn import GpuTurn
+from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
 from cuda_agent.judge.timing import stats
-from cuda_agent.judge.transport import TransportError, open_pack, pack_kind, unpack
+from cuda_agent.judge.transport import TransportError
 from cuda_agent.judge.verify import check_outputs, check_timing
-from cuda_agent.judge.worker import without_model
 from cuda_agent.results import JudgeResult
 from cuda_agent.tasks.shapes import input_shapes, shape_tasks
 from cuda_agent.tasks.task import Task, TaskError
-
-
-class JudgeError(RuntimeError):
-    """The judgement could not be made (e.g. the reference itself fails): not a verdict."""
 
 
 def resolve_device(device: str) -> str:
@@ -70,6 +66,7 @@ class Judge:
         except confine.ConfinementUnavailable as exc:
             raise JudgeError(str(exc)) from None
         self._spares: list[Worker] = []
+        self._turn = GpuTurn(self.config.gpu_lock)
         self._finalizer = weakref.finalize(self, _close_all, self._spares)
 
     def __enter__(self) -> Judge:
@@ -81,6 +78,7 @@ class Judge:
     def close(self) -> None:
         """Stop the spare workers."""
         _close_all(self._spares)
+        self._turn.close()
 
     def warm(self, timeout_s: float = 60.0) -> bool:
         """Start spare workers if there are none; wait until they wait for a job."""
@@ -132,7 +130,7 @@ class Judge:
         problems = check_source((snapshot / "model_new.py").read_text())
         if problems:
             return verdict.fail(*(f"static check: {p}" for p in problems))
-        plan = _Plan(cfg, task, self.device, seed, tmp)
+        plan = JudgePlan(cfg, task, self.device, seed, tmp)
         workers = self._spares[:] if len(self._spares) == 2 else self._pair()
         self._spares.clear()
         verdict.isolation = confine.isolation(workers[1])
@@ -142,14 +140,14 @@ class Judge:
             for worker in workers:
                 worker.close()
 
-    def _run(self, verdict: Verdict, plan: _Plan, snapshot: Path, kind: str,
+    def _run(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
              workers: list[Worker], profile: bool) -> JudgeResult:
-        cfg, task = self.config, plan.task
-        ref_worker, cand_worker = workers
+        cfg, ref_worker = self.config, workers[0]
         cached = plan.cached_baselines() if cfg.time else None
         measure = cfg.time and cached is None
         # with nothing to time, the reference runs on the device while the kernels build
-        early = not measure
+        # (not when the GPU is shared: it runs in this judge's turn)
+        early = not measure and cfg.gpu_lock is None
         if early:
             ref_worker.start(plan.job("reference", time=False), hold=True)
         if kind == "workspace":
@@ -158,6 +156,28 @@ class Judge:
             if not verdict.build.ok:
                 first = "; ".join(str(d) for d in verdict.build.errors[:3]) or "see log"
                 return verdict.fail(f"build failed: {first}")
+        if cfg.gpu_lock is None:
+            return self._run_on_gpu(verdict, plan, snapshot, kind, workers, profile, cached,
+                                    early)
+        with verdict.phase("gpu_wait"):
+            for worker in workers:  # interpreter start-up is CPU work: not in the turn
+                worker.wait_idle(cfg.process_timeout_s)
+            self._turn.acquire()
+        held = time.perf_counter()
+        try:
+            result = self._run_on_gpu(verdict, plan, snapshot, kind, workers, profile, cached,
+                                      early)
+        finally:
+            self._turn.release()
+        held = time.perf_counter() - held  # the verdict's phases are final by now
+        return dataclasses.replace(result, phases=(*result.phases, ("gpu_held", held)))
+
+    def _run_on_gpu(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
+                    workers: list[Worker], profile: bool, cached: Any, early: bool
+                    ) -> JudgeResult:
+        cfg, task = self.config, plan.task
+        ref_worker, cand_worker = workers
+        measure = cfg.time and cached is None
         with verdict.phase("reference"):
             if not early:
                 ref_worker.start(plan.job("reference", time=measure, bandwidth=measure,
@@ -227,7 +247,7 @@ class Judge:
         """A reference worker and a (confined) candidate worker."""
         return [self._worker(), self._worker(confined=True)]
 
-    def _measure_baselines(self, plan: _Plan, ref: WorkerOutcome) -> baseline_cache.Baselines:
+    def _measure_baselines(self, plan: JudgePlan, ref: WorkerOutcome) -> baseline_cache.Baselines:
         cfg = self.config
         eager = stats(ref.result["samples_ms"]) if ref.result.get("samples_ms") else None
         compile_stats = None
@@ -252,101 +272,3 @@ class Judge:
 def _close_all(workers: list[Worker]) -> None:
     while workers:
         workers.pop().close()
-
-
-class _Plan:
-    """The seeds, jobs and files of one judgement."""
-
-    def __init__(self, cfg: JudgeConfig, task: Task, device: str, seed: int, tmp: Path):
-        self.cfg, self.task, self.device, self.tmp = cfg, task, device, tmp
-        self.trials = [[seed + i, 1.0] for i in range(cfg.trials)]
-        self.trials += [[seed + 500 + j, s] for j, s in enumerate(cfg.scales)]
-        self.fresh_trials = cfg.trials
-        self.timing_seeds = [seed + 1000 + k for k in range(2)]
-        self.fresh_seed = seed + 2000
-        self.init_seed = seed
-        self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
-                       "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
-                       "target_rel_ci": cfg.target_rel_ci}
-        self.baseline_key = baseline_cache.cache_key(
-            task.sha256, device, task.precision.value, JUDGE_VERSION, self.timing,
-            cfg.time_compile)
-
-    def cached_baselines(self) -> baseline_cache.Baselines | None:
-        if not self.cfg.cache_baselines:
-            return None
-        found = baseline_cache.load(self.baseline_key)
-        if found and self.cfg.time_compile and found.compile is None:
-            return None
-        return found
-
-    def keep(self, kept: Any) -> str | None:
-        """Run only the trials and timed sets the reference reported (``judge.budget``);
-        the verdict's note when that is fewer than planned."""
-        if kept is None:
-            return None
-        try:
-            indices, wide, timed = kept["trials"], int(kept["wide"]), int(kept["timed"])
-            out_bytes = int(kept["out_bytes"])
-            trials = [self.trials[i] for i in indices]
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise JudgeError(f"the reference reported a bad output plan: {exc}") from None
-        if not trials or not 0 <= timed <= len(self.timing_seeds):
-            raise JudgeError(f"the reference reported a bad output plan: {kept}")
-        n_trials, n_timed = len(self.trials), len(self.timing_seeds)
-        if len(trials) == n_trials and timed == n_timed and \
-                (wide == n_trials or not self.cfg.float64_check):
-            return None
-        self.trials, self.timing_seeds = trials, self.timing_seeds[:timed]
-        plan = OutputPlan(tuple(indices), wide, timed, out_bytes, True)
-        return plan.note(n_trials, n_timed, int(self.cfg.output_budget_gb * 2**30))
-
-    def job(self, role: str, time: bool | None = None, **extra: Any) -> dict[str, Any]:
-        code = without_model(self.task.code) if role == "candidate" else self.task.code
-        return {"role": role, "task_code": code, "device": self.device,
-                "init_seed": self.init_seed, "trials": self.trials,
-                "timing_seeds": self.timing_seeds, "fresh_seed": self.fresh_seed,
-                "fresh_trials": self.fresh_trials, "check": self.cfg.check,
-                "output_budget_gb": self.cfg.output_budget_gb,
-                "time": self.cfg.time if time is None else time,
-                "precision": self.task.precision.value, "float64": self.cfg.float64_check,
-                "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
-
-    def _tensors(self, outcome: WorkerOutcome, worker: Worker, kind: str | None = None
-                 ) -> tuple[dict, Any]:
-        record = outcome.result.get("outputs")
-        if not isinstance(record, dict):
-            raise TransportError("the worker reported no outputs")
-        # compare on the device: large outputs compare far faster there than on the CPU
-        return record, open_pack(record.get("pack"), worker.out_dir, self.device,
-                                 kind or pack_kind(self.device, confined=False),
-                                 worker.pack_fd)
-
-    def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
-        if not self.cfg.check:
-            return {"out": [], "out64": None, "timed": []}
-        try:
-            record, buffer = self._tensors(outcome, worker)
-            wide = record.get("out64")
-            return {"out": [unpack(buffer, d) for d in record["trials"]],
-                    "out64": [unpack(buffer, d) for d in wide] if wide else None,
-                    "timed": [unpack(buffer, d) for d in record["timed"]]}
-        except (TransportError, KeyError) as exc:
-            raise JudgeError(f"reference outputs unreadable: {exc}") from None
-
-    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str
-                          ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
-        """The trial outputs and the timed outputs (with their input-set index)."""
-        record, buffer = self._tensors(outcome, worker, kind)
-        trials, timed = record.get("trials"), record.get("timed")
-        if not isinstance(trials, list) or not isinstance(timed, list):
-            raise TransportError("output record lacks trials or timed outputs")
-        if self.cfg.check and len(trials) != len(self.trials):
-            raise TransportError(f"{len(trials)} trials reported, {len(self.trials)} run")
-        timed_out = []
-        for entry in timed:
-            variant = entry.get("variant") if isinstance(entry, dict) else None
-            if type(variant) is not int or not 0 <= variant < len(self.timing_seeds):
-                raise TransportError("a timed output names no checked input set")
-            timed_out.append({"variant": variant, "out": unpack(buffer, entry.get("out"))})
-        return [unpack(buffer, d) for d in trials], timed_out

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from cuda_agent.judge.baselines import Baselines
 from cuda_agent.judge.config import JudgeConfig
-from cuda_agent.judge.judge import Judge, JudgeError, _Plan
+from cuda_agent.judge.judge import Judge
+from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.tasks.task import Task
 
 
@@ -49,7 +50,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
     start = time.perf_counter()
     seed = config.seed if config.seed is not None else secrets.randbelow(2**30)
     with Judge(config) as judge, tempfile.TemporaryDirectory(prefix="cuda-agent-base-") as tmp:
-        plan = _Plan(config, task, judge.device, seed, Path(tmp))
+        plan = JudgePlan(config, task, judge.device, seed, Path(tmp))
         cached = None if refresh else plan.cached_baselines()
         if cached is not None:
             return MeasuredBaselines(cached, True, plan.baseline_key, judge.device,
@@ -70,4 +71,4 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
 
 def baseline_key(task: Task, config: JudgeConfig, device: str) -> str:
     """The cache key the judge uses for ``task``'s baselines on ``device`` (resolved)."""
-    return _Plan(config, task, device, 0, Path()).baseline_key
+    return JudgePlan(config, task, device, 0, Path()).baseline_key

@@ -1,0 +1,116 @@
+"""The seeds, jobs and files of one judgement, and reading what its workers sent back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from cuda_agent.judge import baselines as baseline_cache
+from cuda_agent.judge.budget import OutputPlan
+from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
+from cuda_agent.judge.runner import Worker, WorkerOutcome
+from cuda_agent.judge.transport import TransportError, open_pack, pack_kind, unpack
+from cuda_agent.judge.worker import without_model
+from cuda_agent.tasks.task import Task
+
+
+class JudgeError(RuntimeError):
+    """The judgement could not be made (e.g. the reference itself fails): not a verdict."""
+
+
+class JudgePlan:
+    """The seeds, jobs and files of one judgement."""
+
+    def __init__(self, cfg: JudgeConfig, task: Task, device: str, seed: int, tmp: Path):
+        self.cfg, self.task, self.device, self.tmp = cfg, task, device, tmp
+        self.trials = [[seed + i, 1.0] for i in range(cfg.trials)]
+        self.trials += [[seed + 500 + j, s] for j, s in enumerate(cfg.scales)]
+        self.fresh_trials = cfg.trials
+        self.timing_seeds = [seed + 1000 + k for k in range(2)]
+        self.fresh_seed = seed + 2000
+        self.init_seed = seed
+        self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
+                       "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
+                       "target_rel_ci": cfg.target_rel_ci}
+        self.baseline_key = baseline_cache.cache_key(
+            task.sha256, device, task.precision.value, JUDGE_VERSION, self.timing,
+            cfg.time_compile)
+
+    def cached_baselines(self) -> baseline_cache.Baselines | None:
+        if not self.cfg.cache_baselines:
+            return None
+        found = baseline_cache.load(self.baseline_key)
+        if found and self.cfg.time_compile and found.compile is None:
+            return None
+        return found
+
+    def keep(self, kept: Any) -> str | None:
+        """Run only the trials and timed sets the reference reported (``judge.budget``);
+        the verdict's note when that is fewer than planned."""
+        if kept is None:
+            return None
+        try:
+            indices, wide, timed = kept["trials"], int(kept["wide"]), int(kept["timed"])
+            out_bytes = int(kept["out_bytes"])
+            trials = [self.trials[i] for i in indices]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise JudgeError(f"the reference reported a bad output plan: {exc}") from None
+        if not trials or not 0 <= timed <= len(self.timing_seeds):
+            raise JudgeError(f"the reference reported a bad output plan: {kept}")
+        n_trials, n_timed = len(self.trials), len(self.timing_seeds)
+        if len(trials) == n_trials and timed == n_timed and \
+                (wide == n_trials or not self.cfg.float64_check):
+            return None
+        self.trials, self.timing_seeds = trials, self.timing_seeds[:timed]
+        plan = OutputPlan(tuple(indices), wide, timed, out_bytes, True)
+        return plan.note(n_trials, n_timed, int(self.cfg.output_budget_gb * 2**30))
+
+    def job(self, role: str, time: bool | None = None, **extra: Any) -> dict[str, Any]:
+        code = without_model(self.task.code) if role == "candidate" else self.task.code
+        return {"role": role, "task_code": code, "device": self.device,
+                "init_seed": self.init_seed, "trials": self.trials,
+                "timing_seeds": self.timing_seeds, "fresh_seed": self.fresh_seed,
+                "fresh_trials": self.fresh_trials, "check": self.cfg.check,
+                "output_budget_gb": self.cfg.output_budget_gb,
+                "time": self.cfg.time if time is None else time,
+                "precision": self.task.precision.value, "float64": self.cfg.float64_check,
+                "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
+
+    def _tensors(self, outcome: WorkerOutcome, worker: Worker, kind: str | None = None
+                 ) -> tuple[dict, Any]:
+        record = outcome.result.get("outputs")
+        if not isinstance(record, dict):
+            raise TransportError("the worker reported no outputs")
+        # compare on the device: large outputs compare far faster there than on the CPU
+        return record, open_pack(record.get("pack"), worker.out_dir, self.device,
+                                 kind or pack_kind(self.device, confined=False),
+                                 worker.pack_fd)
+
+    def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
+        if not self.cfg.check:
+            return {"out": [], "out64": None, "timed": []}
+        try:
+            record, buffer = self._tensors(outcome, worker)
+            wide = record.get("out64")
+            return {"out": [unpack(buffer, d) for d in record["trials"]],
+                    "out64": [unpack(buffer, d) for d in wide] if wide else None,
+                    "timed": [unpack(buffer, d) for d in record["timed"]]}
+        except (TransportError, KeyError) as exc:
+            raise JudgeError(f"reference outputs unreadable: {exc}") from None
+
+    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str
+                          ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+        """The trial outputs and the timed outputs (with their input-set index)."""
+        record, buffer = self._tensors(outcome, worker, kind)
+        trials, timed = record.get("trials"), record.get("timed")
+        if not isinstance(trials, list) or not isinstance(timed, list):
+            raise TransportError("output record lacks trials or timed outputs")
+        if self.cfg.check and len(trials) != len(self.trials):
+            raise TransportError(f"{len(trials)} trials reported, {len(self.trials)} run")
+        timed_out = []
+        for entry in timed:
+            variant = entry.get("variant") if isinstance(entry, dict) else None
+            if type(variant) is not int or not 0 <= variant < len(self.timing_seeds):
+                raise TransportError("a timed output names no checked input set")
+            timed_out.append({"variant": variant, "out": unpack(buffer, entry.get("out"))})
+        return [unpack(buffer, d) for d in trials], timed_out
