@@ -17,13 +17,14 @@ EXAMPLE = builtin_dir() / "gelu_bias_scale"
 FEATURES = 1024  # the task's get_init_inputs(): (1024, 0.5)
 
 
-def make_result(out: Path) -> Path:
-    """OUT/result/{model_new.py,kernels/} and OUT/workspace/model.py."""
-    shutil.copytree(EXAMPLE / "solution" / "cpu", out / "result")
+def make_result(out: Path, device: str = "cpu") -> Path:
+    """OUT/result/{model_new.py,kernels/} and OUT/workspace/model.py (the example's solution
+    for ``device``)."""
+    shutil.copytree(EXAMPLE / "solution" / device, out / "result")
     (out / "workspace" / ".cuda-agent").mkdir(parents=True)
     shutil.copy2(EXAMPLE / "model.py", out / "workspace" / "model.py")
     (out / "workspace" / ".cuda-agent" / "workspace.json").write_text(
-        json.dumps({"task": "gelu_bias_scale", "device": "cpu"}))
+        json.dumps({"task": "gelu_bias_scale", "device": device}))
     return out
 
 

@@ -34,9 +34,9 @@ sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests"]))
 """
 
 
-def _exported(tmp_path: Path) -> Path:
+def _exported(tmp_path: Path, device: str = "cpu") -> Path:
     out = tmp_path / "pkg"
-    done = runner.invoke(app, ["export", str(make_result(tmp_path / "run")),
+    done = runner.invoke(app, ["export", str(make_result(tmp_path / "run", device)),
                                "--name", "gelu_fast", "--out", str(out)])
     assert done.exit_code == 0, done.output
     return out
@@ -93,7 +93,18 @@ def test_relative_import_forms():
 @pytest.mark.skipif(not os.environ.get("CUDA_AGENT_TEST_PIP"),
                     reason="compiles the binding layer from scratch; set CUDA_AGENT_TEST_PIP=1")
 def test_pip_install_and_run_the_package_test(tmp_path: Path):
-    out = _exported(tmp_path)
+    _pip_install_and_test(tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+def test_cuda_package_installs_with_pip_and_passes_its_test(tmp_path: Path):
+    """The CUDA solution shipped: nvcc builds it in ``pip install``, and the package's own
+    test (ModelNew against the reference on the GPU) passes without cuda-agent."""
+    _pip_install_and_test(tmp_path, "cuda")
+
+
+def _pip_install_and_test(tmp_path: Path, device: str) -> None:
+    out = _exported(tmp_path, device)
     target = tmp_path / "site"
     pip = _run(["-m", "pip", "install", "-q", "--no-build-isolation", "--no-deps",
                 "--target", str(target), str(out)], tmp_path, target)
