@@ -81,3 +81,20 @@ def test_rerun_skips_and_judge_hits_the_cache(measured):
     phases = dict(result.phases)
     # with the baselines cached the reference is not timed: it runs untimed during the build
     assert "reference.forward" in phases and "reference.timing" not in phases, phases
+
+
+def test_a_task_with_input_shapes_is_measured_at_each_shape(tmp_path):
+    """One row per declared shape, with the cache key the judge uses for that shape."""
+    from cuda_agent.judge.measure import baseline_key
+    from cuda_agent.tasks.shapes import shape_tasks
+
+    code = RELU.replace("torch.randn(1000)", "torch.randn(N)").replace(
+        "import torch.nn as nn\n", "import torch.nn as nn\n\nN = 1000\n"
+        "INPUT_SHAPES = {'small': {'N': 1000}, 'large': {'N': 4096}}\n")
+    (tmp_path / "relu.py").write_text(code)
+    tasks = select_tasks(str(tmp_path), BaselinesConfig(judge=FAST))
+    assert [t.name for t in tasks] == ["relu[small]", "relu[large]"]
+    judged = shape_tasks(load_task(tmp_path / "relu.py"))
+    assert [baseline_key(t, FAST, "cpu") for t in tasks] == \
+        [baseline_key(t, FAST, "cpu") for _, t in judged]
+    assert "N = 4096" in tasks[1].code

@@ -48,11 +48,26 @@ class BaselinesConfig(BaseModel):
 
 
 def select_tasks(source: str, config: BaselinesConfig) -> list[Task]:
+    """The tasks to measure; a task declaring ``INPUT_SHAPES`` counts once per shape (named
+    ``NAME[SHAPE]``: the judge times each shape with its own baselines)."""
     tasks = [t for t in load_tasks(source, precision=config.precision)
              if not config.levels or t.level in config.levels]
     tasks = tasks[:config.limit] if config.limit is not None else tasks
+    tasks = [variant for task in tasks for variant in _at_each_shape(task)]
     k, n = config.shard
     return [t for i, t in enumerate(tasks) if i % n == k]
+
+
+def _at_each_shape(task: Task) -> list[Task]:
+    from cuda_agent.tasks.shapes import shape_tasks
+    from cuda_agent.tasks.task import TaskError
+
+    try:
+        variants = shape_tasks(task)
+    except TaskError:  # a bad INPUT_SHAPES: measured as written, the judge will say why
+        return [task]
+    return [shaped.model_copy(update={"name": f"{task.name}[{name}]"})
+            for name, shaped in variants] or [task]
 
 
 def run_baselines(tasks: str, out: Path, config: BaselinesConfig | None = None,
