@@ -345,3 +345,19 @@ def test_a_shared_gpu_lock_makes_the_judge_wait_for_its_turn(tmp_path: Path,
     assert phases["gpu_wait"] >= 20.0 - (phases.get("build", 0.0) + 5.0)
     assert phases["gpu_held"] > 0 and "reference" in phases
     assert time.monotonic() - start >= 20.0
+
+
+def test_a_reference_without_a_float64_twin_is_not_called_over_budget(tmp_path: Path,
+                                                                       workspace: Path):
+    """A reference model that cannot be copied to float64 (it holds a lock) is judged by
+    tolerances, and says so; every trial is still checked (no output-budget note)."""
+    from tests.conftest import SCALE_ADD_TASK
+
+    task = tmp_path / "locked.py"
+    task.write_text("import threading\n" + SCALE_ADD_TASK.replace(
+        "        self.alpha = alpha\n", "        self.alpha = alpha\n"
+        "        self.guard = threading.Lock()\n"))
+    result = judge(task, workspace)
+    assert result.correct, result.reasons
+    assert any("float64 reference unavailable" in f for f in result.flags), result.flags
+    assert not any("output budget" in f for f in result.flags), result.flags

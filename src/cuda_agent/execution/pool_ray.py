@@ -68,6 +68,9 @@ class RayJudgePool(PoolBase):
 
         self._ray = ray
         self.config = config or PoolConfig()
+        if self.config.jobs_per_gpu != 1:
+            raise ValueError("jobs_per_gpu is a local-pool setting: the Ray backend runs one "
+                             "judge per GPU actor (num_gpus=1)")
         self._owns_ray = _join(ray, ray_address or self.config.ray_address, self.config)
         try:
             devices = self._places()

@@ -58,8 +58,9 @@ class JudgePlan:
         if not trials or not 0 <= timed <= len(self.timing_seeds):
             raise JudgeError(f"the reference reported a bad output plan: {kept}")
         n_trials, n_timed = len(self.trials), len(self.timing_seeds)
-        if len(trials) == n_trials and timed == n_timed and \
-                (wide == n_trials or not self.cfg.float64_check):
+        if not kept.get("reduced"):
+            if len(trials) != n_trials or timed != n_timed:
+                raise JudgeError(f"the reference reported a bad output plan: {kept}")
             return None
         self.trials, self.timing_seeds = trials, self.timing_seeds[:timed]
         plan = OutputPlan(tuple(indices), wide, timed, out_bytes, True)

@@ -96,7 +96,7 @@ def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
         result["io_bytes"] = sum(t.numel() * t.element_size() for t in tensors)
         plan = _output_plan(job, first, model64 is not None)
         result["kept"] = {"trials": list(plan.trials), "wide": plan.wide, "timed": plan.timed,
-                          "out_bytes": plan.out_bytes}
+                          "out_bytes": plan.out_bytes, "reduced": plan.reduced}
         del first_inputs, tensors
         for position, index in enumerate(plan.trials):
             seed, scale = job["trials"][index]
