@@ -314,37 +314,37 @@ def test_outputs_over_the_budget_are_checked_in_fewer_trials(scale_add_task: Pat
 
 
 def test_a_shared_gpu_lock_makes_the_judge_wait_for_its_turn(tmp_path: Path,
-                                                             scale_add_task: Path,
-                                                             workspace: Path):
+                                                             scale_add_task: Path):
     """With ``gpu_lock`` the judge runs its reference, candidate and comparisons only while
-    it holds the lock: held elsewhere, the judgement waits (its build does not)."""
+    it holds the lock: held elsewhere, the judgement waits, then ends once it is free."""
     import fcntl
     import os
     import threading
     import time
 
-    assert judge(scale_add_task, workspace).correct  # builds it: later builds are cached
+    candidate = tmp_path / "plain.py"  # a file candidate: nothing to build before the turn
+    candidate.write_text("import torch.nn as nn\n\nclass ModelNew(nn.Module):\n"
+                         "    def __init__(self, alpha):\n        super().__init__()\n"
+                         "        self.alpha = alpha\n\n"
+                         "    def forward(self, x, y):\n        return self.alpha * x + y\n")
     lock = tmp_path / "locks" / "gpu0.lock"
     lock.parent.mkdir()
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)
     config = CHECK_ONLY.model_copy(update={"gpu_lock": str(lock)})
     results = []
-    thread = threading.Thread(target=lambda: results.append(judge(scale_add_task, workspace,
+    thread = threading.Thread(target=lambda: results.append(judge(scale_add_task, candidate,
                                                                   config)))
-    start = time.monotonic()
     thread.start()
-    time.sleep(20.0)
-    assert thread.is_alive() and not results  # built, but waiting for the GPU's turn
+    time.sleep(8.0)
+    assert thread.is_alive() and not results  # waiting for the GPU's turn
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
     thread.join(300)
-    result = results[0]
-    phases = dict(result.phases)
-    assert result.correct, result.reasons
-    assert phases["gpu_wait"] >= 20.0 - (phases.get("build", 0.0) + 5.0)
+    phases = dict(results[0].phases)
+    assert phases["gpu_wait"] >= 6.0, phases  # the workers start within the first 2 s
     assert phases["gpu_held"] > 0 and "reference" in phases
-    assert time.monotonic() - start >= 20.0
+    assert results[0].compiled  # judged (this plain-PyTorch answer is then refused)
 
 
 def test_a_reference_without_a_float64_twin_is_not_called_over_budget(tmp_path: Path,
