@@ -120,3 +120,21 @@ def kernelbench() -> Path:
     if not KERNELBENCH.exists():
         pytest.skip("../shared/kernelbench/kernelbench.jsonl not present")
     return KERNELBENCH
+
+
+def compile_cuda_units(root: Path) -> list[tuple]:
+    """Compile a workspace's own CUDA sources for sm_90a without a GPU and without linking
+    (the fixed layer needs torch's CUDA headers, absent from a CPU build of torch): the
+    builder's ``(source, status, object, log)`` for each unit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from cuda_agent.build import BuildConfig, Builder, toolchain
+
+    builder = Builder(BuildConfig(device="cuda", arch="90a"))
+    chain = toolchain.detect("cuda", builder.cache, arch="90a")
+    header_hash = builder._headers_hash(root)
+    with ThreadPoolExecutor() as threads:
+        return list(threads.map(lambda source: builder._object(root, source, chain,
+                                                               header_hash),
+                                builder._sources(root)))
+

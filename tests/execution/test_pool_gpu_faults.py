@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from cuda_agent.build import BuildConfig, Builder
 from cuda_agent.execution import JobFailed, JudgePool, PoolConfig
 from cuda_agent.judge import JudgeConfig
 from cuda_agent.results import JudgeResult
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.loaders import builtin_dir
+from tests.conftest import compile_cuda_units
 from tests.execution.helpers import alive
 
 GELU = "builtin:gelu_bias_scale"
@@ -100,15 +99,7 @@ def test_out_of_bounds_kernel_fails_with_reason_and_pool_keeps_serving(tmp_path:
 @pytest.mark.nvcc
 def test_out_of_bounds_kernel_compiles(tmp_path: Path):
     """Compile-only check of the faulting kernel with the project's builder (no GPU needed)."""
-    from cuda_agent.build import toolchain
-
-    root = oob_workspace(tmp_path / "oob")
-    builder = Builder(BuildConfig(device="cuda", arch="90a"))
-    chain = toolchain.detect("cuda", builder.cache, arch="90a")
-    header_hash = builder._headers_hash(root)
-    with ThreadPoolExecutor() as threads:
-        units = list(threads.map(lambda source: builder._object(root, source, chain, header_hash),
-                                 builder._sources(root)))
+    units = compile_cuda_units(oob_workspace(tmp_path / "oob"))
     assert [u[0] for u in units] == [KERNEL, "kernels/gelu_bias_scale_binding.cpp"]
     for source, status, obj, log in units:
         assert status in ("compiled", "cached") and obj.exists(), f"{source}:\n{log}"

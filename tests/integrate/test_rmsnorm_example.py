@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,9 @@ from cuda_agent.agent.optimize import optimize
 from cuda_agent.agent.policies import make_policy
 from cuda_agent.agent.tools import ToolsConfig
 from cuda_agent.agent.trajectory import read_trajectory
-from cuda_agent.build import BuildConfig, Builder
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.loaders import builtin_dir
+from tests.conftest import compile_cuda_units
 
 EXAMPLE = builtin_dir() / "llama_rmsnorm"
 TASK = EXAMPLE / "model.py"
@@ -142,16 +141,9 @@ def test_cpu_extract_optimize_put_back_and_check_the_whole_llama(tmp_path: Path)
 @pytest.mark.nvcc
 def test_cuda_solution_compiles(tmp_path: Path):
     """Compile-only check of the CUDA solution with the project's builder (no GPU needed)."""
-    from cuda_agent.build import toolchain
-
     root = tmp_path / "ws"
     shutil.copytree(EXAMPLE / "solution" / "cuda", root)
-    builder = Builder(BuildConfig(device="cuda", arch="90a"))
-    chain = toolchain.detect("cuda", builder.cache, arch="90a")
-    header_hash = builder._headers_hash(root)
-    with ThreadPoolExecutor() as pool:
-        units = list(pool.map(lambda source: builder._object(root, source, chain, header_hash),
-                              builder._sources(root)))
+    units = compile_cuda_units(root)
     assert [u[0] for u in units] == ["kernels/rms_norm.cu", "kernels/rms_norm_binding.cpp"]
     for _, status, obj, log in units:
         assert status in ("compiled", "cached") and obj.exists(), log

@@ -32,9 +32,6 @@ class OutputPlan:
     """Bytes of one trial's outputs."""
     reduced: bool
 
-    def total(self, wide_bytes: int) -> int:
-        return self.out_bytes * (len(self.trials) + self.timed) + wide_bytes * self.wide
-
     def note(self, n_trials: int, n_timed: int, budget_bytes: int) -> str:
         """The verdict's flag for a reduced plan."""
         return (f"outputs of {self.out_bytes / 2**30:.2f} GiB per call exceed the output "

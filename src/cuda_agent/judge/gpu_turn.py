@@ -9,10 +9,8 @@ processes and is released by the kernel if the holder dies.
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -35,14 +33,6 @@ class GpuTurn:
     def release(self) -> None:
         if self._fd is not None:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        self.acquire()
-        try:
-            yield
-        finally:
-            self.release()
 
     def close(self) -> None:
         if self._fd is not None:

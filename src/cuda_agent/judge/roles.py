@@ -97,13 +97,15 @@ def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
         plan = _output_plan(job, first, model64 is not None)
         result["kept"] = {"trials": list(plan.trials), "wide": plan.wide, "timed": plan.timed,
                           "out_bytes": plan.out_bytes, "reduced": plan.reduced}
-        del first_inputs, tensors
-        for position, index in enumerate(plan.trials):
-            seed, scale = job["trials"][index]
-            inputs = make_inputs(ns, seed, device, scale)
-            outputs = first if index == 0 else as_outputs(forward(*inputs))
+        del tensors
+        for position, index in enumerate(plan.trials):  # trial 0 first: it is always kept
+            if index == 0:
+                inputs, outputs, first_inputs, first = first_inputs, first, None, None
+            else:
+                seed, scale = job["trials"][index]
+                inputs = make_inputs(ns, seed, device, scale)
+                outputs = as_outputs(forward(*inputs))
             trials.append(packer.add(outputs))
-            first = None
             if model64 is not None and position < plan.wide:
                 wide_inputs = [x.double() if isinstance(x, torch.Tensor) and
                                x.is_floating_point() else x for x in inputs]
@@ -126,9 +128,9 @@ def _output_plan(job: dict[str, Any], first: list[Any], wide: bool) -> OutputPla
     out_bytes = sum(t.numel() * t.element_size() for t in tensors)
     wide_bytes = sum(t.numel() * (8 if t.is_floating_point() else t.element_size())
                      for t in tensors)
-    budget = int(job.get("output_budget_gb", 8.0) * 2**30)
-    return plan_outputs(len(job["trials"]), job.get("fresh_trials", len(job["trials"])),
-                        len(job["timing_seeds"]), out_bytes, wide_bytes, budget, wide)
+    budget = int(job["output_budget_gb"] * 2**30)
+    return plan_outputs(len(job["trials"]), job["fresh_trials"], len(job["timing_seeds"]),
+                        out_bytes, wide_bytes, budget, wide)
 
 
 def _bandwidth(device: str) -> float:

@@ -32,10 +32,9 @@ def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[lis
         atol = PRECISION_TOLERANCE[precision][0] if atol is None else atol
         rtol = PRECISION_TOLERANCE[precision][1] if rtol is None else rtol
     wide = reference["out64"]
-    verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol,
-                                         norm_from=len(wide) if wide is not None else 0)
-    budget_problems: list[str] = []
     n = len(wide) if wide is not None else 0  # float64 twins of the first n trials
+    verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol, norm_from=n)
+    budget_problems: list[str] = []
     if wide is not None and _same_shapes(reference["out"][:n], outputs[:n]):
         budget_problems, _, _ = precision_budget(reference["out"][:n], wide, outputs[:n],
                                                  precision)
