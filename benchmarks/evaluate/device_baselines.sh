@@ -4,19 +4,22 @@
 #
 #   bash benchmarks/evaluate/device_baselines.sh OUT_DIR [KERNELBENCH_JSONL] [PREVIOUS_OUT]
 #
-# One shard per visible GPU (each process sees only its GPU: a timing needs the whole GPU).
+# PER_GPU shards per visible GPU (default 3; each process sees only its GPU). The shards of
+# one GPU share a lock file (judge.gpu_lock): each process compiles before its turn and
+# warms up and times in it, so a timing still has the whole GPU.
 # Shards end by DEADLINE_S seconds after the start (default 480; killed then at the latest)
 # and start no task in the last 120 s before it, so the call ends cleanly within 9 minutes;
 # the tasks left are reported as pending. PREVIOUS_OUT (an earlier call's OUT_DIR) resumes:
-# its rows are skipped. Writes OUT_DIR/gpuK/ (each shard's rows, summary and table) and
+# its rows are skipped. Writes OUT_DIR/gpuK/ (shard K's rows, summary and table) and
 # OUT_DIR/all/ (every row, summary.json, baselines.md), and prints the summary.
-# Environment: LEVELS (default 1,2), DEADLINE_S, NO_COMPILE=1 (eager only).
+# Environment: LEVELS (default 1,2), DEADLINE_S, NO_COMPILE=1 (eager only), PER_GPU.
 set -uo pipefail
 OUT=${1:?OUT_DIR}
 KB=${2:-shared/kernelbench/kernelbench.jsonl}
 PREV=${3:-}
 LEVELS=${LEVELS:-1,2}
 DEADLINE_S=${DEADLINE_S:-480}
+PER_GPU=${PER_GPU:-3}
 mkdir -p "$OUT/all"
 . benchmarks/device_env.sh
 START=$(date +%s)
@@ -43,15 +46,22 @@ LEFT=$(( KILL - 120 ))
 [ "$LEFT" -gt 10 ] || LEFT=10
 echo "== shards start tasks for ${LEFT}s, are stopped after ${KILL}s at the latest"
 
-for ((k = 0; k < NGPU; k++)); do
+SHARDS=$(( NGPU * PER_GPU ))
+THREADS=$(( $(nproc) / SHARDS )); [ "$THREADS" -ge 1 ] || THREADS=1
+LOCKS=$(mktemp -d)
+for ((k = 0; k < SHARDS; k++)); do
+  g=$(( k % NGPU ))
+  LOCK=()
+  [ "$PER_GPU" -gt 1 ] && LOCK=(--set "judge.gpu_lock=$LOCKS/gpu$g.lock")
   mkdir -p "$OUT/gpu$k"
   cp "$OUT/all/previous.jsonl" "$OUT/gpu$k/baselines.jsonl"
-  CUDA_VISIBLE_DEVICES=$k timeout -k 5 "$KILL" python3 -m cuda_agent baselines \
-    "$KB" --out "$OUT/gpu$k" --device cuda --shard "$k/$NGPU" --time-limit "$LEFT" \
-    "${OPTS[@]}" > "$OUT/gpu$k/log.txt" 2>&1 &
+  CUDA_VISIBLE_DEVICES=$g TORCHINDUCTOR_COMPILE_THREADS=$THREADS timeout -k 5 "$KILL" \
+    python3 -m cuda_agent baselines "$KB" --out "$OUT/gpu$k" --device cuda \
+    --shard "$k/$SHARDS" --time-limit "$LEFT" "${OPTS[@]}" "${LOCK[@]}" \
+    > "$OUT/gpu$k/log.txt" 2>&1 &
 done
 wait
-for ((k = 0; k < NGPU; k++)); do echo "-- gpu$k"; tail -12 "$OUT/gpu$k/log.txt"; done
+for ((k = 0; k < SHARDS; k++)); do echo "-- shard $k (GPU $(( k % NGPU )))"; tail -4 "$OUT/gpu$k/log.txt"; done
 
 # every row in one folder; the summary counts the tasks of all shards (nothing is measured)
 cat "$OUT/all/previous.jsonl" "$OUT"/gpu*/baselines.jsonl > "$OUT/all/baselines.jsonl"

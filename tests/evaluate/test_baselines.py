@@ -98,3 +98,41 @@ def test_a_task_with_input_shapes_is_measured_at_each_shape(tmp_path):
     assert [baseline_key(t, FAST, "cpu") for t in tasks] == \
         [baseline_key(t, FAST, "cpu") for _, t in judged]
     assert "N = 4096" in tasks[1].code
+
+
+def test_baselines_sharing_a_gpu_lock_time_only_in_their_turn(tmp_path):
+    """With ``gpu_lock`` the reference makes its first call (torch.compile's compilation, for
+    the compile baseline) at once, then waits for the lock; every timed call comes after."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from cuda_agent.judge.measure import measure_baselines
+
+    stamps = tmp_path / "calls.txt"
+    code = RELU.replace("return torch.relu(x)", f"open({str(stamps)!r}, 'a').write("
+                        "f'{__import__(\"time\").time()}\\n')\n        return torch.relu(x)")
+    assert code != RELU
+    (tmp_path / "stamped.py").write_text(code + f"\n# {uuid.uuid4().hex}\n")
+    task = load_task(tmp_path / "stamped.py")
+    lock = tmp_path / "gpu0.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    results = []
+    config = FAST.model_copy(update={"gpu_lock": str(lock)})
+    thread = threading.Thread(target=lambda: results.append(measure_baselines(task, config)))
+    thread.start()
+    deadline = time.time() + 120
+    while not stamps.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(2.0)
+    assert thread.is_alive() and len(stamps.read_text().split()) == 1  # first call, then waits
+    released = time.time()
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    thread.join(120)
+    calls = [float(t) for t in stamps.read_text().split()]
+    assert calls[0] < released and len(calls) > 3
+    assert all(t > released for t in calls[1:])  # warm-up and timing: in the turn
+    assert not results[0].cached and results[0].baselines.eager.runs >= 1

@@ -247,15 +247,17 @@ class Judge:
         """A reference worker and a (confined) candidate worker."""
         return [self._worker(), self._worker(confined=True)]
 
-    def _measure_baselines(self, plan: JudgePlan, ref: WorkerOutcome) -> baseline_cache.Baselines:
+    def _measure_baselines(self, plan: JudgePlan, ref: WorkerOutcome, **extra: Any
+                           ) -> baseline_cache.Baselines:
+        """``extra`` goes into the compile job (``measure`` passes its ``gpu_turn``)."""
         cfg = self.config
         eager = stats(ref.result["samples_ms"]) if ref.result.get("samples_ms") else None
         compile_stats = None
         if cfg.time and cfg.time_compile:
             worker = self._worker()
             try:
-                comp = worker.run(plan.job("compile", time=True, tracer=self._timer()),
-                                  cfg.process_timeout_s)
+                comp = worker.run(plan.job("compile", time=True, tracer=self._timer(),
+                                           **extra), cfg.process_timeout_s)
             finally:
                 worker.close()
             if comp.ok:

@@ -6,6 +6,10 @@
 The reference and the compile baseline run in fresh worker processes with the judge's own
 jobs, timing settings and cache key, so a later judgement of the same task on the same
 device (and settings) reads the figures from the cache instead of timing them again.
+
+Several processes may measure on one GPU when they share ``JudgeConfig.gpu_lock``: each
+worker makes its first call (for torch.compile, the compilation) outside the lock, then
+holds it through warm-up and timing, so timings stay exclusive.
 """
 
 from __future__ import annotations
@@ -55,16 +59,19 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         if cached is not None:
             return MeasuredBaselines(cached, True, plan.baseline_key, judge.device,
                                      time.perf_counter() - start)
+        # processes sharing a GPU (config.gpu_lock) time in turns, each taking its turn
+        # itself after its first call (the compilation runs outside it)
+        turn = {"gpu_turn": config.gpu_lock} if config.gpu_lock else {}
         worker = judge._worker()
         try:
             ref = worker.run(plan.job("reference", time=True, bandwidth=True,
-                                      tracer=judge._timer()), config.process_timeout_s)
+                                      tracer=judge._timer(), **turn), config.process_timeout_s)
         finally:
             worker.close()
         if not ref.ok:
             raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
                              f"{ref.stderr_tail[-800:]}")
-        base = judge._measure_baselines(plan, ref)
+        base = judge._measure_baselines(plan, ref, **turn)
     return MeasuredBaselines(base, False, plan.baseline_key, judge.device,
                              time.perf_counter() - start)
 

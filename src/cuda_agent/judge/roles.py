@@ -14,6 +14,7 @@ import torch
 
 from cuda_agent.judge import timing
 from cuda_agent.judge.budget import OutputPlan, plan_outputs
+from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.transport import Packer, TransportError
 from cuda_agent.judge.worker import (
     StageError,
@@ -69,7 +70,10 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
         result["stage"] = "forward"
         _reference_outputs(job, ns, forward, model, Packer(out, device, job.get("pack")), result,
                            device)
+    turn = GpuTurn(job.get("gpu_turn"))
     if job["time"]:
+        if turn.path is not None:
+            _first_call_then_turn(forward, ns, job, device, turn, result)
         result["stage"] = "timing"
         blocker = _blocker(_load_tracer(job["tracer"]), device) if job.get("tracer") else None
         measured = timing.measure(forward, _rotation(job, ns), device, **_timing_kwargs(job),
@@ -78,6 +82,21 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
         result["timing_details"] = measured.details
     if job.get("bandwidth"):
         result["bandwidth_gbs"] = _bandwidth(device)
+    turn.release()
+
+
+def _first_call_then_turn(forward: Any, ns: dict[str, Any], job: dict[str, Any], device: str,
+                          turn: GpuTurn, result: dict) -> None:
+    """Baselines measured by processes sharing a GPU (``job["gpu_turn"]``, a lock file):
+    the first call, which for torch.compile is the whole compilation, runs before the turn;
+    warm-up and timing run in it."""
+    result["stage"] = "first_call"
+    with torch.no_grad():
+        forward(*make_inputs(ns, job["fresh_seed"], device))
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    result["stage"] = "gpu_wait"
+    turn.acquire()
 
 
 def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
