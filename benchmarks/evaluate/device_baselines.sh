@@ -64,7 +64,14 @@ wait
 for ((k = 0; k < SHARDS; k++)); do echo "-- shard $k (GPU $(( k % NGPU )))"; tail -4 "$OUT/gpu$k/log.txt"; done
 
 # every row in one folder; the summary counts the tasks of all shards (nothing is measured)
-cat "$OUT/all/previous.jsonl" "$OUT"/gpu*/baselines.jsonl > "$OUT/all/baselines.jsonl"
+# (each shard's file starts with the earlier rows: one row per task, the last one kept)
+cat "$OUT/all/previous.jsonl" "$OUT"/gpu*/baselines.jsonl | python3 -c "
+import json, sys
+rows = {}
+for line in sys.stdin:
+    if line.strip():
+        rows[json.loads(line)['key']] = line
+sys.stdout.writelines(rows.values())" > "$OUT/all/baselines.jsonl"
 rm -f "$OUT/all/previous.jsonl"
 CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m cuda_agent baselines "$KB" --out "$OUT/all" \
   --device cuda --report-only "${OPTS[@]}" 2>&1 | tail -12
