@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
 import shutil
@@ -47,11 +46,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any
+
+from pool_load_report import STAGES, TOP_PHASES, case_markdown, summarize
+from pool_load_watch import GpuSampler, Monitor
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_DIR = ROOT / "benchmarks" / "kernelbench_l1"
@@ -59,12 +60,6 @@ KB_CPU_DIR = ROOT / "benchmarks" / "kernelbench_l1_cpu"
 KB_PROBLEMS = {"kb10": (10, "10_3D_tensor_matrix_multiplication"),
                "kb12": (12, "12_Matmul_with_diagonal_matrices_"),
                "kb40": (40, "40_LayerNorm")}
-TOP_PHASES = ("build", "reference", "collect_reference", "baselines", "candidate",
-              "collect_candidate", "compare", "compare_timed")
-STAGES = ("reference.start", "reference.preloaded", "reference.forward", "reference.timing",
-          "candidate.start", "candidate.preloaded", "candidate.forward", "candidate.timing")
-BUSY_TARGET = 0.90
-SCALING_TARGET = 1.8
 
 
 # --- jobs ----------------------------------------------------------------------------------
@@ -104,131 +99,7 @@ def is_fresh(index: int, share: float) -> bool:
     return int((index + 1) * share + 1e-9) > int(index * share + 1e-9)
 
 
-# --- sampling ------------------------------------------------------------------------------
-
-class GpuSampler:
-    """Utilisation of the given GPUs every ``period_ms``: (monotonic time, index, percent)."""
-
-    def __init__(self, gpus: list[int], period_ms: int):
-        self.samples: list[tuple[float, int, float]] = []
-        self.source = "none"
-        self._stop = threading.Event()
-        self._proc: subprocess.Popen | None = None
-        self._thread: threading.Thread | None = None
-        if not gpus:
-            return
-        if shutil.which("nvidia-smi"):
-            self.source = f"nvidia-smi -lms {period_ms}"
-            # each line carries nvidia-smi's own timestamp: its output through a pipe may be
-            # buffered, so the time a line is read is not the time it was sampled
-            line_buffered = ["stdbuf", "-oL"] if shutil.which("stdbuf") else []
-            self._proc = subprocess.Popen(
-                [*line_buffered, "nvidia-smi", "--query-gpu=timestamp,index,utilization.gpu",
-                 "--format=csv,noheader,nounits", "-lms", str(period_ms),
-                 "-i", ",".join(map(str, gpus))],
-                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            self._thread = threading.Thread(target=self._read_smi, daemon=True)
-        else:
-            try:
-                import pynvml  # type: ignore[import-not-found]
-            except ImportError:
-                return
-            self.source = f"pynvml every {period_ms} ms"
-            self._thread = threading.Thread(target=self._poll_nvml, args=(pynvml, gpus,
-                                                                         period_ms), daemon=True)
-        self._thread.start()
-
-    def _read_smi(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        offset = time.time() - time.monotonic()
-        for line in self._proc.stdout:
-            parts = [p.strip() for p in line.split(",")]
-            with contextlib.suppress(ValueError, IndexError):
-                try:  # local time, e.g. 2025/01/31 12:00:00.123
-                    at = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f"
-                                                    ).timestamp() - offset
-                except ValueError:
-                    at = time.monotonic()
-                self.samples.append((at, int(parts[1]), float(parts[2])))
-
-    def _poll_nvml(self, nvml: Any, gpus: list[int], period_ms: int) -> None:
-        nvml.nvmlInit()
-        handles = {g: nvml.nvmlDeviceGetHandleByIndex(g) for g in gpus}
-        while not self._stop.wait(period_ms / 1000):
-            now = time.monotonic()
-            for g, h in handles.items():
-                self.samples.append((now, g, float(nvml.nvmlDeviceGetUtilizationRates(h).gpu)))
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._proc is not None:
-            self._proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self._proc.wait(5)
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def summary(self, gpus: list[int], start: float, end: float) -> dict[str, Any]:
-        out = {}
-        for g in gpus:
-            values = [u for t, i, u in self.samples if i == g and start <= t <= end]
-            out[str(g)] = {"samples": len(values),
-                           "mean_util": statistics.fmean(values) / 100 if values else None,
-                           "busy_share": (sum(u > 0 for u in values) / len(values)
-                                          if values else None)}
-        return out
-
-
-class Monitor:
-    """Polls the pool and the handles: when each job was handed out and ended, where it ran,
-    and the last moment the queue held a job."""
-
-    def __init__(self, pool: Any, handles: list[Any], places: list[str], period_s: float = 0.01):
-        self.pool, self.handles, self.places = pool, handles, places
-        self.dispatched: dict[int, float] = {}
-        self.finished: dict[int, float] = {}
-        self.where: dict[int, str] = {}
-        self.last_queued = time.monotonic()
-        self.max_running = 0
-        self._period = period_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _place(self, pid: int) -> str:
-        pids = self.pool.worker_pids()
-        return self.places[pids.index(pid)] if pid in pids else f"pid{pid}"
-
-    def _run(self) -> None:
-        while not self._stop.is_set() and not self._poll():
-            self._stop.wait(self._period)
-
-    def _poll(self) -> bool:
-        """Record what changed since the last poll; True once every job has ended."""
-        now = time.monotonic()
-        stats = self.pool.stats()
-        if stats.queued:
-            self.last_queued = now
-        self.max_running = max(self.max_running, stats.running)
-        for k, h in enumerate(self.handles):
-            if k in self.finished:
-                continue
-            pid = h.worker_pid
-            if pid is not None and k not in self.dispatched:
-                self.dispatched[k] = now
-                self.where[k] = self._place(pid)
-            if h.done():
-                self.finished[k] = now
-                self.dispatched.setdefault(k, now)
-        return len(self.finished) == len(self.handles)
-
-    def stop(self) -> None:
-        """Stop polling, then poll once more: the caller may have seen the last result
-        before the thread did."""
-        self._stop.set()
-        self._thread.join(5)
-        self._poll()
-
+# (sampling: pool_load_watch.py; reports: pool_load_report.py)
 
 # --- one case ------------------------------------------------------------------------------
 
@@ -453,128 +324,6 @@ def machine(gpus: list[int]) -> dict[str, Any]:
                  f"--id={','.join(map(str, gpus))}"], capture_output=True, text=True,
                 timeout=30).stdout.strip().splitlines()
     return info
-
-
-# --- reports -------------------------------------------------------------------------------
-
-def pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0%}"
-
-
-def case_markdown(r: dict[str, Any]) -> str:
-    if "window_s" not in r:
-        return f"### {r['label']}\n\nnot measured: {r.get('error', 'unknown error')}\n"
-    checks = r["checks"].items()
-    lines = [f"### {r['label']}: {r['workers']} worker(s) ({r['device']}), {r['jobs']} jobs, "
-             f"mix {', '.join(r['mix'])}, fresh builds {r['fresh_share']:.0%}", "",
-             "| metric | value |", "|---|---|",
-             f"| window (first submit to last result) | {r['window_s']:.1f} s |",
-             f"| queue non-empty for | {r['queue_drained_after_s']:.1f} s |",
-             f"| jobs/min | {r['jobs_per_min']:.1f} |",
-             f"| jobs/min per {'GPU' if r['gpus'] else 'worker'} | "
-             f"{r['jobs_per_min_per_gpu']:.1f} |",
-             f"| warm-up (not measured) | {r.get('warmup_s', 0)} s"
-             f"{', calibration ' + str(r['calibration_s']) + ' s' if 'calibration_s' in r else ''}"
-             " |",
-             f"| verdicts | {json.dumps(r['verdicts'])} |",
-             f"| checks | {', '.join(k + ('=ok' if v else '=FAIL') for k, v in checks)} |",
-             f"| worker occupancy (held a job / window) | "
-             f"{', '.join(f'{p} {pct(v)}' for p, v in r['worker_occupancy'].items())} |",
-             f"| mean time a worker held a job | {r['held_s_mean']:.2f} s |"]
-    if r["gpus"]:
-        lines += ["", f"GPU utilisation ({r['util_source']}; utilization.gpu = share of the "
-                  "sample period in which any kernel ran, not SM occupancy):", "",
-                  "| GPU | window | samples | mean util | samples with util > 0 |",
-                  "|---|---|---|---|---|"]
-        for name, key in (("queue non-empty", "util_while_queued"),
-                          ("jobs queued or running", "util_while_running")):
-            for g, u in r[key].items():
-                lines.append(f"| {g} | {name} | {u['samples']} | {pct(u['mean_util'])} | "
-                             f"{pct(u['busy_share'])} |")
-    keys = [k for k in ("judge_s", *TOP_PHASES, "other", *STAGES)
-            if any(r["phases"][c].get(k) for c in ("fresh", "cached"))]
-    lines += ["", "Judge phases, mean seconds per job (build, compare and the worker "
-              "processes' start-up run on the CPU; reference and candidate are the GPU "
-              "parts; `x.start` = a worker's interpreter start-up, `x.preloaded` = it "
-              "waited for its job):", "",
-              "| phase | fresh build | cached build |", "|---|---|---|"]
-    for k in keys:
-        cells = [str(r["phases"][c].get(k, "")) for c in ("fresh", "cached")]
-        lines.append(f"| {k} | {cells[0]} | {cells[1]} |")
-    for c in ("fresh", "cached"):
-        p = r["phases"][c]
-        if p and p.get("judge_s"):
-            gpu_side = sum(p[k] for k in ("reference", "candidate", "compare", "compare_timed"))
-            lines.append(f"\n{c} ({p['jobs']} jobs): build {p['build'] / p['judge_s']:.0%} of "
-                         f"the judge's time per job; the phases that use the GPU (reference, "
-                         f"candidate, compare) {gpu_side / p['judge_s']:.0%}, of which worker "
-                         f"start-up waits and the candidate's load are CPU time")
-    if r["failures"]:
-        lines += ["", "Failures:", *(f"- {f}" for f in r["failures"])]
-    return "\n".join(lines) + "\n"
-
-
-def summary_markdown(cases: list[dict[str, Any]]) -> str:
-    lines = ["## Judge pool load", "",
-             "| case | workers | jobs | window s | jobs/min | jobs/min/GPU | GPU turn held | "
-             "GPU util (queue non-empty) | util > 0 (queue non-empty) | all correct, "
-             "none lost |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in cases:
-        if "window_s" not in r:
-            lines.append(f"| {r['label']} | {r.get('workers')} | - | - | - | - | - | - | - | "
-                         f"FAILED: {r.get('error', '')[:200]} |")
-            continue
-        util = r["util_while_queued"]
-        mean = ", ".join(pct(u["mean_util"]) for u in util.values()) or "n/a"
-        busy = ", ".join(pct(u["busy_share"]) for u in util.values()) or "n/a"
-        lines.append(f"| {r['label']} | {r['workers']} | {r['jobs']} | {r['window_s']:.1f} | "
-                     f"{r['jobs_per_min']:.1f} | {r['jobs_per_min_per_gpu']:.1f} | "
-                     f"{pct(r['gpu_turn_share']) if r.get('gpu_turn_share') is not None else '-'}"
-                     f" | {mean} | "
-                     f"{busy} | {'yes' if r['ok'] else 'NO'} |")
-    done = [r for r in cases if "window_s" in r and r["gpus"]]
-    one = next((r for r in done if len(r["gpus"]) == 1), None)
-    two = next((r for r in done if len(r["gpus"]) == 2), None)
-    lines.append("")
-    for r in done:
-        worst = min((u["mean_util"] or 0.0) for u in r["util_while_queued"].values())
-        lines.append(f"- {r['label']}: lowest mean GPU utilisation while the queue was "
-                     f"non-empty {worst:.0%} (target {BUSY_TARGET:.0%}: "
-                     f"{'met' if worst >= BUSY_TARGET else 'NOT met'})")
-        if r.get("gpu_turn_share") is not None:
-            lines.append(f"- {r['label']}: each GPU's turn (its lock) held "
-                         f"{r['gpu_turn_share']:.0%} of the window (target {BUSY_TARGET:.0%}: "
-                         f"{'met' if r['gpu_turn_share'] >= BUSY_TARGET else 'NOT met'})")
-    if one and two:
-        ratio = two["jobs_per_min"] / one["jobs_per_min"]
-        cut = [r["label"] for r in (one, two) if r.get("cut_by_budget")]
-        verdict = ("NOT valid: jobs cut by the budget in " + ", ".join(cut) if cut else
-                   "met" if ratio >= SCALING_TARGET else "NOT met")
-        lines.append(f"- scaling 2 GPUs / 1 GPU: {ratio:.2f}x (target {SCALING_TARGET}x: "
-                     f"{verdict}; same {two['jobs']} jobs)")
-    return "\n".join(lines) + "\n"
-
-
-SUMMARY_KEYS = ("label", "gpus", "workers", "jobs", "completed", "cut_by_budget", "window_s",
-                "jobs_per_min", "jobs_per_min_per_gpu", "gpu_turn_share", "ok",
-                "util_while_queued", "error")
-
-
-def summarize(out: Path) -> int:
-    cases = [json.loads(p.read_text()) for p in sorted(out.glob("pool_load_*.json"))]
-    cases.sort(key=lambda r: len(r.get("gpus", [])))
-    # a case carried from an earlier call's summary (CASE1) has no details to print
-    text = summary_markdown(cases) + "\n" + "\n".join(case_markdown(r) for r in cases
-                                                        if "phases" in r)
-    (out / "pool_load.md").write_text(text)
-    summary = {"cases": {r["label"]: {k: r.get(k) for k in SUMMARY_KEYS} for r in cases}}
-    by_gpus = {len(r.get("gpus", [])): r for r in cases if "window_s" in r}
-    if 1 in by_gpus and 2 in by_gpus:
-        summary["scaling_2_over_1"] = round(by_gpus[2]["jobs_per_min"]
-                                            / by_gpus[1]["jobs_per_min"], 3)
-    (out / "pool_load.json").write_text(json.dumps(summary, indent=2))
-    print(text)
-    return 0 if cases and all(r.get("ok") for r in cases) else 1
 
 
 def main() -> int:
