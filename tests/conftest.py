@@ -86,6 +86,39 @@ def pytest_configure(config: pytest.Config) -> None:
     home = os.environ.get("CUDA_AGENT_TEST_HOME") or str(
         Path(config.rootpath) / ".pytest_cache" / "cuda-agent-home")
     os.environ["CUDA_AGENT_HOME"] = home
+    config.pluginmanager.register(SlowFirst(), "cuda-agent-slow-first")
+
+
+class SlowFirst:
+    """Under pytest-xdist, start each worker's share of the tests with its slow ones.
+
+    The scheduler hands worker k the k-th contiguous slice of the collection and lets idle
+    workers steal from the end of the others' queues; with the tests marked ``slow`` dealt
+    round-robin to the front of each slice, no worker gets them all and none is left with a
+    long test at the end while the others idle. The first worker starts with a test that
+    compiles the fixed binding layer most tests link (tens of seconds, once per session);
+    the others start with slow tests that build nothing (``BUILD_FREE``), so none waits."""
+
+    BUILD_FREE = ("tests/synth/",)
+
+    @pytest.hookimpl(trylast=True)  # after deselection (-m, -k) and fixture-scope ordering
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+        if workers < 2:
+            return
+        slow = [i for i in items if "slow" in i.keywords and not i.get_closest_marker("skip")]
+        free = [i for i in slow if i.nodeid.startswith(self.BUILD_FREE)]
+        built = [i for i in slow if i not in free]
+        slow = built[:1] + free + built[1:]  # dealt: worker 0 gets built[0], the next free[0]
+        chosen = set(map(id, slow))
+        rest = iter([i for i in items if id(i) not in chosen])
+        ordered, left = [], len(items)
+        for k in range(workers):
+            size = left // (workers - k)  # the slice this worker gets (scheduler/worksteal.py)
+            left -= size
+            mine = slow[k::workers]
+            ordered += mine + [next(rest) for _ in range(max(0, size - len(mine)))]
+        items[:] = ordered + list(rest)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import write_solution
 
 STAGES = ("tasks", "workspace", "judge", "demo")
@@ -40,6 +42,7 @@ def test_tasks_commands(kernelbench: Path, tmp_path: Path):
     assert "syntax error" in checked.stdout and "ok L1/19_ReLU" in checked.stdout
 
 
+@pytest.mark.slow
 def test_workspace_init_build_judge_json(tmp_path: Path, scale_add_task: Path):
     root = tmp_path / "ws"
     assert cli("workspace", "init", str(scale_add_task), str(root), "--device", "cpu"

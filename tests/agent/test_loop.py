@@ -1,6 +1,8 @@
 import re
 from pathlib import Path
 
+import pytest
+
 from cuda_agent.agent.loop import AgentConfig, run_episode
 from cuda_agent.agent.tools import ToolsConfig
 from cuda_agent.agent.trajectory import read_trajectory
@@ -22,6 +24,7 @@ def records(path: Path, kind: str) -> list[dict]:
     return [r for r in read_trajectory(path).records if r["type"] == kind]
 
 
+@pytest.mark.slow
 def test_solves_gelu_bias_scale_end_to_end(workspace: Path, gelu_task, tmp_path: Path):
     kernel = (SOLUTION / "kernels" / "gelu_bias_scale.cpp").read_text()
     assert GOOD_LINE in kernel

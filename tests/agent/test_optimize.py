@@ -20,6 +20,7 @@ def test_optimize_builtin_replay_end_to_end(tmp_path: Path):
     out = tmp_path / "run"
     done = runner.invoke(app, ["optimize", "--device", "cpu", "--out", str(out),
                                "--set", "trials=2", "--set", "time_compile=false",
+                               "--set", "time_budget_s=0.3",
                                "--tool-set", "time_compile=false", "--tool-set", "trials=2",
                                "--tool-set", "time_budget_s=0.3"])
     assert done.exit_code == 0, done.output

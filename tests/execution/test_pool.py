@@ -32,6 +32,7 @@ def job(tmp_path_factory: pytest.TempPathFactory):
     return task, root
 
 
+@pytest.mark.slow
 def test_honest_jobs_on_two_cpu_workers(job):
     task, root = job
     with JudgePool(PoolConfig(gpus=[], cpu_workers=2, judge=FAST)) as pool:

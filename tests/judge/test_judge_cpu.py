@@ -95,6 +95,7 @@ def test_segfault_does_not_take_the_judge_down(scale_add_task: Path, workspace: 
     assert judge(scale_add_task, workspace).correct  # the judge still works afterwards
 
 
+@pytest.mark.slow
 def test_hang_is_killed(scale_add_task: Path, workspace: Path):
     (workspace / "model_new.py").write_text(SCALE_ADD_MODEL_NEW.replace(
         "        return cuda_extension", "        while True:\n            pass\n"
@@ -140,6 +141,7 @@ def test_missing_model_new_and_bad_state_dict(tmp_path: Path, scale_add_task: Pa
     assert result.reward == -1 and "load_state_dict failed" in result.reasons[0]
 
 
+@pytest.mark.slow
 def test_single_file_load_inline_candidate(tmp_path: Path, scale_add_task: Path):
     path = tmp_path / "cand.py"
     path.write_text(textwrap.dedent('''
@@ -184,6 +186,7 @@ def test_candidate_snapshot_rejects_links(tmp_path: Path, scale_add_task: Path, 
     assert result.reward == -1 and "kernels/sub: symbolic links" in result.reasons[0]
 
 
+@pytest.mark.slow
 def test_kernelbench_layernorm_workspace(tmp_path: Path, kernelbench: Path):
     """KernelBench L1/40 with smaller sizes: init a workspace, put in a C++ kernel, judge."""
     import re
@@ -262,6 +265,7 @@ def test_warm_judge_reuses_prestarted_workers_and_stops_them(scale_add_task: Pat
         assert phases[name] >= 0.0, name
 
 
+@pytest.mark.slow
 def test_every_declared_shape_is_judged_and_a_shape_specialised_kernel_fails(
         tmp_path: Path, workspace: Path):
     from tests.conftest import SCALE_ADD_TASK

@@ -10,6 +10,7 @@ from cuda_agent.service import ServiceClient, ServiceError
 from tests.service.conftest import TASK, Running, solution_files
 
 
+@pytest.mark.slow
 def test_episode_from_wrong_to_rewarded(client: ServiceClient, service: Running):
     with client.open_episode(TASK, "cpu") as episode:
         assert episode.info["task"] == "gelu_bias_scale" and episode.info["device"] == "cpu"

@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.synth.conftest import GOOD, task
 
 
@@ -14,6 +16,7 @@ def _synth(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow
 def test_check_json_keys(tmp_path):
     good, bad = tmp_path / "good.py", tmp_path / "identity.py"
     good.write_text(GOOD)

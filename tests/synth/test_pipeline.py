@@ -10,6 +10,7 @@ import sys
 import time
 
 import datasets
+import pytest
 
 from cuda_agent.synth.dataset import PARQUET, ROWS, VERDICTS, read_jsonl
 from cuda_agent.tasks.loaders import load_tasks
@@ -23,6 +24,7 @@ def _cmd(out, count=30):
             str(out), "--no-compile", "--workers", "2", *SMALL]
 
 
+@pytest.mark.slow
 def test_thirty_tasks_survive_sigkill_and_load_with_datasets(tmp_path):
     out = tmp_path / "ops"
     proc = subprocess.Popen(_cmd(out), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

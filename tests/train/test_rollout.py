@@ -68,6 +68,7 @@ def cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("episodes", [1])
 def test_cli_rollout_and_rerun(tmp_path: Path, episodes: int) -> None:
     replay = tmp_path / "submit.json"

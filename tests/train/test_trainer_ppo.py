@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from cuda_agent.agent.loop import AgentConfig, run_episode
 from cuda_agent.agent.optimize import builtin_replay_path
 from cuda_agent.agent.policies import make_policy
+from cuda_agent.agent.tools import ToolsConfig
 from cuda_agent.cli.main import app
 from cuda_agent.tasks import load_task
 from cuda_agent.train.ppo import train_ppo
@@ -55,8 +56,9 @@ def test_pipeline_rft_value_ppo_on_cpu(tmp_path: Path) -> None:
     task = load_task("builtin:gelu_bias_scale")
     root = init_workspace(task, tmp_path / "expert" / "ws", "cpu")
     expert = tmp_path / "expert" / "trajectory.jsonl"
+    quick = {"trials": 2, "time_compile": False, "time_budget_s": 0.3}  # not what is tested
     episode = run_episode(task, root, make_policy(f"replay:{builtin_replay_path(task, 'cpu')}"),
-                          AgentConfig(judge={"trials": 2, "time_compile": False}), expert)
+                          AgentConfig(judge=quick, tools=ToolsConfig(judge=quick)), expert)
     assert episode.reward is not None and episode.reward >= 1
     model = build_tiny_model(tmp_path / "model")
     out = tmp_path / "run"
@@ -66,7 +68,8 @@ model: {{path: {model}, device: cpu}}
 data: {{trajectories: ["{tmp_path}/expert/*.jsonl"], max_len: 12000}}
 optim: {{lr: 1.0e-3, critic_lr: 1.0e-3, batch_size: 1, epochs: 1}}
 ppo: {{mode: single_turn, steps: 1, rollouts_per_step: 1, tasks: [builtin:gelu_bias_scale],
-      device: cpu, max_new_tokens: 8, judge: {{trials: 2, time_compile: false}}}}
+      device: cpu, max_new_tokens: 8,
+      judge: {{trials: 2, time_compile: false, time_budget_s: 0.3}}}}
 logging: {{out_dir: {out}, tensorboard: true, progress: false}}
 """)
     runner = CliRunner()

@@ -239,13 +239,15 @@ class Judge:
         """The fixed layer linked alone: on CUDA it carries the timing blocker."""
         return self.builder.build_tracer() if self.device.startswith("cuda") else None
 
-    def _worker(self, confined: bool = False) -> Worker:
+    def _worker(self, candidate: bool = False) -> Worker:
+        """A baseline worker, or the candidate's: confined, and preloading what its
+        dispatch-mode trace imports (seconds of CPU the baselines need not spend)."""
         limit = int(self.config.memory_limit_gb * 2**30) if self.device == "cpu" else None
-        return Worker(limit, confine=self._confinement if confined else None)
+        return Worker(limit, confine=self._confinement if candidate else None, trace=candidate)
 
     def _pair(self) -> list[Worker]:
         """A reference worker and a (confined) candidate worker."""
-        return [self._worker(), self._worker(confined=True)]
+        return [self._worker(), self._worker(candidate=True)]
 
     def _measure_baselines(self, plan: JudgePlan, ref: WorkerOutcome, **extra: Any
                            ) -> baseline_cache.Baselines:

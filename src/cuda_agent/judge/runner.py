@@ -57,13 +57,15 @@ class WorkerOutcome:
 class Worker:
     """One fresh interpreter for one job.
 
-    It imports torch as soon as it starts, so it can be started ahead of time (a spare) and
-    given its job later. With ``hold`` the worker reports, signals ``ready`` and stays alive
+    It imports torch as soon as it starts (and, with ``trace``, what the candidate's
+    dispatch-mode trace imports), so it can be started ahead of time (a spare) and given its
+    job later. With ``hold`` the worker reports, signals ``ready`` and stays alive
     (its output pack stays mapped) until ``close``.
     """
 
     def __init__(self, memory_limit_bytes: int | None = None, root: Path | None = None,
-                 confine: Confinement | None = None, env: dict[str, str] | None = None):
+                 confine: Confinement | None = None, env: dict[str, str] | None = None,
+                 trace: bool = True):
         self.out_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-worker-", dir=root))
         read_fd, write_fd = os.pipe()
         env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",
@@ -71,7 +73,7 @@ class Worker:
         self._stdout = open(self.out_dir / "stdout.log", "wb")  # noqa: SIM115
         self._stderr = open(self.out_dir / "stderr.log", "wb")  # noqa: SIM115
         argv = [sys.executable, "-m", "cuda_agent.judge.worker", str(self.out_dir),
-                str(write_fd)]
+                str(write_fd), "trace" if trace else "torch"]
         prefix = _confine_prefix(self.out_dir, confine) if confine is not None else None
         self.confined = prefix is not None
         self.pack_fd: int | None = None

@@ -1,7 +1,8 @@
 """One judge process: the reference, the torch.compile baseline or the candidate.
 
-Started by ``cuda_agent.judge.runner`` as ``python -m cuda_agent.judge.worker OUT MARK_FD``;
-it imports torch at once, then reads its job (one JSON line) from stdin, so it can start
+Started by ``cuda_agent.judge.runner`` as ``python -m cuda_agent.judge.worker OUT MARK_FD
+[PRELOAD]``; it imports torch at once (and, unless PRELOAD is ``torch``, what the candidate's
+dispatch-mode trace needs), then reads its job (one JSON line) from stdin, so it can start
 while the kernels build. Results go to ``OUT/result.json`` and tensor files; timing marks go
 to the file descriptor ``MARK_FD``, which the judge timestamps with its own clock. The
 candidate's process never receives the reference ``Model`` (the judge strips it from the
@@ -113,11 +114,15 @@ def run(job: dict[str, Any], out: Path, result: Progress, mark) -> None:
     result["stage"] = "done"
 
 
-def preload() -> None:
+def preload(trace: bool = True) -> None:
     """Import now what the first dispatch-mode call would import lazily (torch's dynamo and
-    higher-order operators: seconds when bytecode is not cached), while the worker still
-    waits for its job."""
+    higher-order operators: seconds of CPU even with bytecode cached), while the worker still
+    waits for its job. Only the candidate's process traces: ``trace=False`` (the reference's
+    and the compile baseline's) imports NumPy alone."""
     import numpy  # noqa: F401  (seed_all)
+
+    if not trace:
+        return
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class _Pass(TorchDispatchMode):
@@ -128,7 +133,7 @@ def preload() -> None:
         torch.ones(2).add_(1)
 
 
-def main(out_dir: str, mark_fd: str) -> int:
+def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
     out = Path(out_dir)
     fd = int(mark_fd)
 
@@ -138,7 +143,7 @@ def main(out_dir: str, mark_fd: str) -> int:
     result = Progress(out)
     job: dict[str, Any] = {}
     try:
-        preload()
+        preload(trace=imports != "torch")
         result["stage_at"]["preloaded"] = time.time()
         mark("idle")
         job = json.loads(sys.stdin.readline())
@@ -174,4 +179,4 @@ if __name__ == "__main__":
     # run the package's copy of this module, so exception classes match those of roles.py
     from cuda_agent.judge.worker import main as package_main
 
-    sys.exit(package_main(sys.argv[1], sys.argv[2]))
+    sys.exit(package_main(*sys.argv[1:4]))

@@ -38,8 +38,23 @@ class TaskSpec:
     outputs: tuple[TensorSpec, ...] | None
 
 
+_SPECS: dict[str, TaskSpec] = {}
+"""Specs of the tasks this process has inspected, by the hash of their code."""
+
+
 def inspect_task(task: Task, timeout_s: float = 120.0) -> TaskSpec:
-    """Execute the task in a fresh interpreter; raise ``TaskError`` if it is malformed."""
+    """Execute the task in a fresh interpreter; raise ``TaskError`` if it is malformed.
+
+    A spec is kept for the life of this process (keyed by the hash of the task's code), so
+    rollouts and PPO steps that make a workspace per episode start one interpreter (seconds
+    of CPU) per task, not per episode; a failed inspection is not kept."""
+    spec = _SPECS.get(task.sha256)
+    if spec is None:
+        spec = _SPECS[task.sha256] = _inspect(task, timeout_s)
+    return spec
+
+
+def _inspect(task: Task, timeout_s: float) -> TaskSpec:
     with tempfile.TemporaryDirectory(prefix="cuda-agent-inspect-") as tmp:
         path = Path(tmp) / "model.py"
         path.write_text(task.code)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cuda_agent.build import BuildConfig, Builder
 from cuda_agent.execution.sandbox_local import namespaces_work
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import WorkspaceError, init_workspace, read_workspace
@@ -36,6 +37,7 @@ def hostile(folder: Path, header: str, forward: str = HONEST_FORWARD) -> Path:
 
 
 def _copy_build_cache(home: Path) -> Path:
+    Builder(BuildConfig(device="cpu")).build_tracer()  # fixed layer copied too: not rebuilt
     shared = Path(os.environ["CUDA_AGENT_HOME"]) / "build"
     if shared.is_dir():
         shutil.copytree(shared, home / "build", symlinks=True)
