@@ -78,7 +78,6 @@ class EpisodeManager:
         self._episodes: dict[str, Episode] = {}
         self._reserved = 0
         self._lock = threading.Lock()
-        self._specs: dict[str, TaskSpec] = {}
         self._spec_lock = threading.Lock()
         self.opened_total = 0
         self.closed_total = 0
@@ -118,17 +117,14 @@ class EpisodeManager:
         return Episode(folder.name, task, device, folder, root, text_files(root), now, now)
 
     def _spec(self, task: Task) -> TaskSpec:
-        """Inspect each task once (it runs the task in a fresh interpreter) and store its
-        trusted copy once, before concurrent workspaces of it are made."""
+        """Inspect the task (once per process: ``inspect_task`` keeps its specs) and store its
+        trusted copy, one request at a time, before concurrent workspaces of it are made."""
         with self._spec_lock:
-            spec = self._specs.get(task.sha256)
-            if spec is None:
-                try:
-                    spec = inspect_task(task)
-                except TaskError as exc:
-                    raise bad_request(f"task {task.name}: {exc}") from None
-                store_task(task)
-                self._specs[task.sha256] = spec
+            try:
+                spec = inspect_task(task)
+            except TaskError as exc:
+                raise bad_request(f"task {task.name}: {exc}") from None
+            store_task(task)
             return spec
 
     def get(self, owner: str, handle: str) -> Episode:
