@@ -3,6 +3,8 @@
 #
 #   bash benchmarks/judge_v2/device_judge.sh tests OUT_DIR   # GPU tests: judge, pool, e2e
 #   bash benchmarks/judge_v2/device_judge.sh bench OUT_DIR   # fidelity, then latency
+#   bash benchmarks/judge_v2/device_judge.sh fd OUT_DIR      # cuda-fd transport: probe, tests,
+#        judge latency
 #   bash benchmarks/judge_v2/device_judge.sh large OUT_DIR   # outputs of gigabytes: baselines
 #        of the largest level-1 problems, the honest ReLU answer judged, the judge's GPU tests
 #
@@ -33,6 +35,17 @@ bench)
   echo "== latency"
   timeout 130 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 12,40 \
     --iters 3 2>&1 | tail -40 | tee "$OUT/latency.txt"
+  ;;
+fd)
+  echo "== cuda-fd transport probe"
+  timeout 90 python3 benchmarks/judge_v2/fd_transport_probe.py 2>&1 | tail -20
+  echo "== cuda-fd GPU tests"
+  timeout 240 python3 -m pytest -q -m gpu tests/gpu/test_cuda_fd.py tests/judge/test_transport.py \
+    tests/gpu/test_cuda_e2e.py -p no:cacheprovider --timeout 200 -rfEsxX 2>&1 | tail -15 \
+    | tee "$OUT/fd_tests.txt"
+  echo "== latency, cuda-fd"
+  timeout 150 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 12,40 \
+    --iters 3 2>&1 | grep -v Warning | tail -60 | tee "$OUT/latency_fd.txt"
   ;;
 cuda-hacks)
   timeout 200 python3 -m pytest -q -m gpu tests/judge/adversarial/test_cuda_hacks.py \

@@ -75,23 +75,30 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             sync()
             wall.append((time.perf_counter() - t0) * 1e3)
             event.append(ev[0].elapsed_time(ev[1]))
-        pairs = []
-        for _ in range(spec["calls"]):
-            inputs, _ = rotation.prepare()
-            flush.zero_()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            model(*inputs)
-            b.record()
-            pairs.append((a, b))
-            if len(pairs) % 20 == 0:
-                sync()
-        sync()
-        piped = [a.elapsed_time(b) for a, b in pairs]
+        piped = piped_ms(model, rotation, flush, spec["calls"])
     med = statistics.median
     return {"wall": med(wall), "event": med(event), "piped": med(piped),
             "gap_us": med([(w - e) * 1e3 for w, e in zip(wall, event, strict=True)]),
             "clock_mhz": _clock()}
+
+
+def piped_ms(model: Any, rotation: Any, flush: Any, calls: int) -> list[float]:
+    """Events around each call, calls issued while the host runs ahead (a sync every 20)."""
+    import torch
+
+    pairs = []
+    for _ in range(calls):
+        inputs, _ = rotation.prepare()
+        flush.zero_()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        model(*inputs)
+        b.record()
+        pairs.append((a, b))
+        if len(pairs) % 20 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    return [a.elapsed_time(b) for a, b in pairs]
 
 
 def _clock() -> int | None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from cuda_agent.judge import timing
+from cuda_agent.judge.device_timer import IDLE_PROBES_MIN, DeviceTimer
 from cuda_agent.judge.timing import (
     PRE_NS_RANGE,
     TIME_MEANINGS,
@@ -46,6 +47,29 @@ def test_work_queued_after_ev2_counts_through_the_residual():
 
 def test_both_excesses_add():
     assert device_sample(0.010, 0.030, 0.018, POST, IDLE) == pytest.approx(0.030)
+
+
+def _timer(rows: list[tuple[float, float, float]], idle: list[float]) -> DeviceTimer:
+    timer = DeviceTimer(Blocker(lambda ns: None, {"full": True}))
+    timer.post_ref_ms, timer.idle_ms = POST, IDLE
+    timer.rows, timer.idle = list(rows), list(idle)
+    return timer
+
+
+def test_idle_reference_comes_from_the_run_once_probed():
+    # calibration saw the sync idle at 0.008 ms; during the run it takes 0.011-0.013 ms
+    rows = [(0.100, 0.020, 0.012)] * 6
+    assert _timer(rows, [0.012] * (IDLE_PROBES_MIN - 1)).samples() == \
+        pytest.approx([0.104] * 6)  # too few probes: calibration's reference
+    probed = _timer(rows, [0.011, 0.012, 0.013, 0.012, 0.011, 0.013])
+    assert probed.idle_ref_ms() == pytest.approx(0.013)
+    assert probed.samples() == pytest.approx([0.100] * 6)
+
+
+def test_work_queued_after_the_call_still_counts_with_probes():
+    # every call leaves 0.040 ms of work behind; the probes (no candidate code) do not
+    timer = _timer([(0.010, 0.020, 0.052)] * 6, [0.011, 0.012, 0.012, 0.011, 0.012])
+    assert timer.samples() == pytest.approx([0.050] * 6)
 
 
 @pytest.mark.parametrize(("host_ms", "expected"), [

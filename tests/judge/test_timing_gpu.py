@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cuda_agent.build import BuildConfig, Builder, load_extension
+from cuda_agent.judge.device_timer import IDLE_PROBES_MIN
 from cuda_agent.judge.timing import (
     L2_FLUSH_BYTES,
     Blocker,
@@ -91,6 +92,8 @@ def test_honest_kernel_device_time(blocker: Blocker):
     result = measure(torch.sin, rotation(), "cuda", blocker=blocker, **OPTIONS)
     assert result.meaning == "device"
     assert {"pre_ns", "post_ref_ms", "idle_residual_ms", "blocker"} <= set(result.details)
+    assert result.details["idle_probes"] >= IDLE_PROBES_MIN
+    assert result.details["idle_residual_ms"] < 0.1, result.details  # an idle sync: microseconds
     device = stats(result.samples).median_ms
     plain = events_ms(torch.sin)
     assert 0.9 * plain <= device <= 1.15 * plain, (device, plain, result.details)

@@ -76,9 +76,11 @@ def test_hostile_packs_are_refused(tmp_path: Path):
 
 
 @pytest.mark.gpu
-def test_cuda_pack_crosses_processes_and_a_lying_pack_is_refused(tmp_path: Path):
-    """A real worker exports by CUDA IPC; a pack claiming more bytes than its allocation is
-    refused before it is read, and this process's CUDA context stays usable."""
+@pytest.mark.parametrize("reserve", [0, 2 * 4096 + 256, 4096])
+def test_cuda_pack_crosses_processes_and_a_lying_pack_is_refused(tmp_path: Path, reserve: int):
+    """A real worker exports by CUDA IPC (without a reservation, with one that fits, with one
+    its outputs outgrow); a pack claiming more bytes than its allocation is refused before it
+    is read, and this process's CUDA context stays usable."""
     import subprocess
     import sys
 
@@ -88,17 +90,20 @@ def test_cuda_pack_crosses_processes_and_a_lying_pack_is_refused(tmp_path: Path)
         "from pathlib import Path\n"
         "from cuda_agent.judge.transport import Packer\n"
         "p = Packer(Path(sys.argv[1]), 'cuda')\n"
-        "d = p.add([torch.arange(1000, device='cuda', dtype=torch.float32).reshape(10, 100)])\n"
+        "assert p.reserve(int(sys.argv[2])) is (int(sys.argv[2]) > 0)\n"
+        "x = torch.arange(1000, device='cuda', dtype=torch.float32).reshape(10, 100)\n"
+        "d = p.add([x]) + p.add([x * 2])\n"
         "print(json.dumps({'pack': p.finish(), 'd': d}), flush=True)\n"
         "sys.stdin.read()\n")
-    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path), str(reserve)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         import json
 
         record = json.loads(proc.stdout.readline())
-        got = unpack(open_pack(record["pack"], tmp_path, "cuda"), record["d"])[0]
-        assert torch.equal(got.cpu(), torch.arange(1000.0).reshape(10, 100))
+        got = unpack(open_pack(record["pack"], tmp_path, "cuda"), record["d"])
+        assert torch.equal(got[0].cpu(), torch.arange(1000.0).reshape(10, 100))
+        assert torch.equal(got[1].cpu(), 2 * torch.arange(1000.0).reshape(10, 100))
         lying = {**record["pack"], "storage_bytes": 1 << 40, "size": 1 << 40}
         with pytest.raises(TransportError):
             open_pack(lying, tmp_path, "cuda")
@@ -169,3 +174,7 @@ def test_outputs_larger_than_the_memfd_pack_fail_in_the_worker():
     fd, said = _memfd_worker(128)
     os.close(fd)
     assert "exceed the output pack" in " ".join(said), said
+
+
+def test_only_a_cuda_pack_takes_a_reservation(tmp_path: Path):
+    assert Packer(tmp_path, "cpu").reserve(4096) is False

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v5"
+JUDGE_VERSION = "judge-v6"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -27,6 +27,10 @@ History:
 - judge-v5: an output budget (``output_budget_gb``): on tasks whose outputs would not fit,
   fewer trials, float64 twins and timed sets are checked (``judge.budget``; the verdict
   says which); comparisons run in chunks, so outputs of gigabytes compare in bounded memory.
+- judge-v6: on CUDA a blocker keeps the GPU busy while the host prepares each timed call (an
+  idle GPU there made per-process medians differ by about 1%); the final sync's idle
+  reference is re-measured during the run, with no candidate code; the median's target
+  interval is 0.2% on CUDA.
 """
 
 
@@ -49,8 +53,11 @@ class JudgeConfig(BaseModel):
     min_runs: int = Field(50, ge=1, description="Timed calls at least.")
     max_runs: int = Field(500, ge=1, description="Timed calls at most.")
     time_budget_s: float = Field(2.0, gt=0, description="Stop timing after this much wall time.")
-    target_rel_ci: float = Field(
-        0.005, gt=0, description="Stop once the median's 95% CI half-width is this fraction.")
+    target_rel_ci: float | None = Field(
+        None, gt=0, description="Stop once the median's 95% CI half-width is this fraction. "
+        "None: 0.002 on CUDA (device time is steady enough between processes that a tighter "
+        "interval pays), 0.005 on CPU (wall time).")
+
     cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes when one ends, so "
@@ -78,3 +85,9 @@ class JudgeConfig(BaseModel):
         "every declared shape (correct at all, times summed, the lowest shape's reward).")
     faster_margin: float = Field(0.95, description="Faster means runtime < margin x baseline.")
     build: BuildConfig = Field(default_factory=BuildConfig, description="Kernel build options.")
+
+    def rel_ci_for(self, device: str) -> float:
+        """``target_rel_ci`` as it applies on ``device``."""
+        if self.target_rel_ci is not None:
+            return self.target_rel_ci
+        return 0.002 if device.startswith("cuda") else 0.005

@@ -7,8 +7,9 @@ cache, the baseline cache, the task store and the workspace cannot be changed; a
 signal the judge. Its own folder is its only writable place, so the judge copies in what it
 needs: ``model_new.py``, the reference weights and, for a single-file candidate that
 compiles inline, that candidate's own compile cache (keyed by the hash of its source, so
-one candidate can never place a library another will load). Its outputs come back in a
-sealed memory file the judge created (``shared_pack``).
+one candidate can never place a library another will load). Its outputs come back in
+device memory the judge lends it (``device_pack``) where that can be had, else in a sealed
+memory file the judge created (``shared_pack``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.judge import device_pack
 from cuda_agent.judge.runner import Confinement, Worker
 from cuda_agent.judge.transport import pack_kind
 from cuda_agent.paths import home_dir
@@ -57,10 +59,11 @@ def isolation(worker: Worker) -> str:
     return ISOLATION_NAMESPACES if worker.confined else ISOLATION_SESSION
 
 
-def stage_candidate(worker: Worker, snapshot: Path, state: Path, kind: str, device: str
-                    ) -> dict[str, Any]:
+def stage_candidate(worker: Worker, snapshot: Path, state: Path, kind: str, device: str,
+                    pack_bytes: int | None = None) -> dict[str, Any]:
     """Copy what the candidate's worker reads into its folder; return the job's fields
-    that point there."""
+    that point there. A confined worker is lent a device pack of ``pack_bytes`` (the size
+    of the outputs expected) where one can be had (``device_pack.offer``)."""
     if not worker.confined:
         return {"candidate_dir": str(snapshot), "state_path": str(state),
                 "pack": pack_kind(device, confined=False)}
@@ -71,6 +74,11 @@ def stage_candidate(worker: Worker, snapshot: Path, state: Path, kind: str, devi
         shutil.copyfile(state, worker.out_dir / "state.pt")
     fields = {"candidate_dir": str(folder), "state_path": str(worker.out_dir / "state.pt"),
               "pack": pack_kind(device, confined=True)}
+    offer = device_pack.offer(device, pack_bytes)
+    if offer.memory is not None:
+        worker.device_pack = offer.memory
+        fields.update(pack=offer.kind, pack_bytes=offer.memory.size,
+                      pack_device=offer.memory.device)
     if kind == "file":
         inline = worker.out_dir / "inline"
         cached = _inline_cache(snapshot)

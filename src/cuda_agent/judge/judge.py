@@ -1,4 +1,4 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v5).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v6).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
@@ -6,9 +6,10 @@ The reference, the torch.compile baseline and the candidate each run in a fresh 
 (started at once, so their start-up overlaps the build; with baselines cached the reference
 runs during the build). The candidate's job has no reference ``Model``, and its process is
 confined (``confine``: read-only file system, private /tmp, no network, own pid namespace).
-Each worker packs its outputs into one buffer (device memory shared by CUDA IPC, or a file)
-that this process copies before the worker exits; all comparison happens here. See
-docs/judge.md.
+Each worker packs its outputs into one buffer (device memory shared by CUDA IPC, device
+memory this process lent the confined candidate, a sealed memory file, or a file) that this
+process copies before the worker exits (a lent one: reads after); all comparison happens
+here. See docs/judge.md.
 """
 
 from __future__ import annotations
@@ -197,8 +198,9 @@ class Judge:
             base = cached or self._measure_baselines(plan, ref)
         extension = verdict.build.extension_path if verdict.build else None
         tracer = None if extension else self.builder.build_tracer()
-        staged = confine.stage_candidate(cand_worker, snapshot, plan.tmp / "state.pt", kind,
-                                         self.device)
+        with verdict.phase("stage_candidate"):
+            staged = confine.stage_candidate(cand_worker, snapshot, plan.tmp / "state.pt",
+                                             kind, self.device, plan.pack_bytes(reference))
         with verdict.phase("candidate"):
             cand = cand_worker.run(plan.job("candidate", extension=extension, tracer=tracer,
                                             profile=profile, **staged),
@@ -213,6 +215,8 @@ class Judge:
             return verdict.fail(f"candidate failed: {cand.failure}")
         verdict.profile = cand.result.get("profile", "")
         confine.keep_inline_cache(cand_worker, snapshot, kind)
+        if staged["pack"] == "cuda-fd":
+            cand_worker.end()  # nothing of the candidate's may write its lent pack from now
         with verdict.phase("collect_candidate"):
             try:
                 outputs, timed = plan.collect_candidate(cand, cand_worker, staged["pack"])

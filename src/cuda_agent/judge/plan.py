@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.judge import baselines as baseline_cache
+from cuda_agent.judge import device_pack
 from cuda_agent.judge.budget import OutputPlan
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.runner import Worker, WorkerOutcome
@@ -31,7 +32,7 @@ class JudgePlan:
         self.init_seed = seed
         self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
                        "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
-                       "target_rel_ci": cfg.target_rel_ci}
+                       "target_rel_ci": cfg.rel_ci_for(device)}
         self.baseline_key = baseline_cache.cache_key(
             task.sha256, device, task.precision.value, JUDGE_VERSION, self.timing,
             cfg.time_compile)
@@ -77,15 +78,25 @@ class JudgePlan:
                 "precision": self.task.precision.value, "float64": self.cfg.float64_check,
                 "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
 
+    def pack_bytes(self, reference: dict[str, Any]) -> int | None:
+        """Bytes of the candidate's output pack if its outputs match the reference's (None
+        when nothing is checked, so its outputs' sizes are unknown)."""
+        if not self.cfg.check:
+            return None
+        return device_pack.pack_bytes([*reference["out"], *(reference["timed"]
+                                                           if self.cfg.time else [])])
+
     def _tensors(self, outcome: WorkerOutcome, worker: Worker, kind: str | None = None
                  ) -> tuple[dict, Any]:
         record = outcome.result.get("outputs")
         if not isinstance(record, dict):
             raise TransportError("the worker reported no outputs")
+        if kind == "cuda-fd" and not worker.ended:
+            raise TransportError("a lent device pack is read only once its worker has ended")
         # compare on the device: large outputs compare far faster there than on the CPU
         return record, open_pack(record.get("pack"), worker.out_dir, self.device,
                                  kind or pack_kind(self.device, confined=False),
-                                 worker.pack_fd)
+                                 worker.pack_fd, worker.device_pack)
 
     def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
         if not self.cfg.check:

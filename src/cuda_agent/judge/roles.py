@@ -15,7 +15,7 @@ import torch
 from cuda_agent.judge import timing
 from cuda_agent.judge.budget import OutputPlan, plan_outputs
 from cuda_agent.judge.gpu_turn import GpuTurn
-from cuda_agent.judge.transport import Packer, TransportError
+from cuda_agent.judge.transport import Packer, TransportError, aligned
 from cuda_agent.judge.worker import (
     StageError,
     as_outputs,
@@ -116,6 +116,7 @@ def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
         plan = _output_plan(job, first, model64 is not None)
         result["kept"] = {"trials": list(plan.trials), "wide": plan.wide, "timed": plan.timed,
                           "out_bytes": plan.out_bytes, "reduced": plan.reduced}
+        packer.reserve(_pack_bytes(first, len(plan.trials) + plan.timed, plan.wide))
         del tensors
         for position, index in enumerate(plan.trials):  # trial 0 first: it is always kept
             if index == 0:
@@ -140,6 +141,15 @@ def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
     result["outputs"] = {"pack": packer.finish(), "trials": trials,
                          "out64": wide if model64 is not None and wide else None,
                          "timed": timed}
+
+
+def _pack_bytes(first: list[Any], sets: int, wide_sets: int) -> int:
+    """The pack's bytes: ``sets`` outputs like ``first`` and ``wide_sets`` float64 twins."""
+    tensors = [t for t in first if isinstance(t, torch.Tensor)]
+    one = sum(aligned(t.numel() * t.element_size()) for t in tensors)
+    wide = sum(aligned(t.numel() * (8 if t.is_floating_point() else t.element_size()))
+               for t in tensors)
+    return sets * one + wide_sets * wide
 
 
 def _output_plan(job: dict[str, Any], first: list[Any], wide: bool) -> OutputPlan:

@@ -8,6 +8,8 @@ process reads and timestamps with its own clock.
 A confined worker (the candidate's) runs in namespaces of its own (``Confinement``): the
 file system read-only except its folder and the paths named writable, a private /tmp, no
 network, and a pid namespace, so nothing it starts outlives it or can signal the judge.
+Its outputs come back in a sealed memory file passed down at start, or in device memory
+the judge lends it with its job (``device_pack``, through a socket passed down at start).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.judge import shared_pack
+from cuda_agent.judge import device_pack, shared_pack
 from cuda_agent.procs import Proc, descendants, session_members, snapshot
 
 
@@ -60,7 +62,8 @@ class Worker:
     It imports torch as soon as it starts (and, with ``trace``, what the candidate's
     dispatch-mode trace imports), so it can be started ahead of time (a spare) and given its
     job later. With ``hold`` the worker reports, signals ``ready`` and stays alive
-    (its output pack stays mapped) until ``close``.
+    (its output pack stays mapped) until ``end`` or ``close``. A confined worker given a
+    ``device_pack`` (a ``DeviceMemory``) before its job is sent receives it with the job.
     """
 
     def __init__(self, memory_limit_bytes: int | None = None, root: Path | None = None,
@@ -77,17 +80,24 @@ class Worker:
         prefix = _confine_prefix(self.out_dir, confine) if confine is not None else None
         self.confined = prefix is not None
         self.pack_fd: int | None = None
+        self.device_pack = None  # a cuda_vmm.DeviceMemory lent with the job (confined only)
+        self._pack_sock = worker_sock = None
         fds = [write_fd]
         if prefix:
             self.pack_fd = shared_pack.create(confine.pack_bytes)
+            self._pack_sock, worker_sock = device_pack.channel()
             env[shared_pack.ENV_FD] = str(self.pack_fd)
-            fds.append(self.pack_fd)
+            env[device_pack.ENV_SOCK] = str(worker_sock.fileno())
+            fds += [self.pack_fd, worker_sock.fileno()]
         self.proc = subprocess.Popen(
             prefix + argv if prefix else argv,
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, env=env,
             pass_fds=tuple(fds), start_new_session=True,
             preexec_fn=_limit_memory(memory_limit_bytes) if memory_limit_bytes else None)
         os.close(write_fd)
+        if worker_sock is not None:
+            worker_sock.close()
+        self.ended = False
         self.marks: list[tuple[str, float]] = []
         self._ready = threading.Event()
         self._idle = threading.Event()
@@ -115,6 +125,8 @@ class Worker:
         """Send ``job``; the worker begins at once."""
         self._hold = hold
         try:
+            if self.device_pack is not None and job.get("pack") == "cuda-fd":
+                device_pack.send(self._pack_sock, self.device_pack)
             self.proc.stdin.write((json.dumps({**job, "hold": hold}) + "\n").encode())
             self.proc.stdin.flush()
             if not hold:
@@ -144,9 +156,10 @@ class Worker:
         self.start(job, hold)
         return self.wait(timeout_s)
 
-    def close(self) -> int:
-        """End the worker (it exits once its stdin closes); kill what is left of its session;
-        remove its folder. Returns how many other processes it had left running."""
+    def end(self) -> int:
+        """End the worker (it exits once its stdin closes), kill what is left of its session
+        and pid namespace (then nothing of it can write its output pack any more); return
+        how many other processes it had left running."""
         if self._leftover is None and self.proc.poll() is None:
             self._leftover = self._count_leftovers()  # before the worker's exit hides them
         if self.proc.poll() is None and self._hold:
@@ -154,11 +167,20 @@ class Worker:
                 self.proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=5.0)
-        leftover = self._stop()
+        return self._stop()
+
+    def close(self) -> int:
+        """``end``, then remove the worker's folder and close its descriptors (a device
+        pack stays mapped while the judge holds tensors of it). Returns ``end``'s count."""
+        leftover = self.end()
         shutil.rmtree(self.out_dir, ignore_errors=True)
         if self.pack_fd is not None:
             os.close(self.pack_fd)
             self.pack_fd = None
+        if self._pack_sock is not None:
+            self._pack_sock.close()
+            self._pack_sock = None
+        self.device_pack = None
         return leftover
 
     cancel = close
@@ -209,6 +231,7 @@ class Worker:
             self.proc.stdin.close()
         self._stdout.close()
         self._stderr.close()
+        self.ended = True
         return self._leftover
 
     def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int

@@ -31,7 +31,22 @@ from typing import Any
 
 import torch
 
+from cuda_agent.judge.device_timer import (
+    BUSY_NS,
+    IDLE_PROBE_EVERY,
+    POST_NS,
+    PRE_NS_RANGE,
+    Blocker,
+    DeviceTimer,
+    device_sample,
+    load_blocker,
+    pre_block_ns,
+)
 from cuda_agent.results import TimingStats
+
+__all__ = ["TIME_MEANINGS", "L2_FLUSH_BYTES", "PRE_NS_RANGE", "Blocker", "DeviceTimer",
+           "Measured", "Rotation", "crosscheck", "device_sample", "load_blocker", "measure",
+           "median_ci", "pre_block_ns", "stats"]
 
 _COMMON = ("L2 flushed before each call on CUDA; inputs rotated between two buffers refilled "
            "with new contents before every call; median with a 95% confidence interval")
@@ -47,15 +62,8 @@ TIME_MEANINGS = {
 TIME_MEANING = TIME_MEANINGS["wall"]
 """The meaning without a blocker (kept for callers that predate ``Measured.meaning``)."""
 L2_FLUSH_BYTES = 256 * 1024 * 1024
-PRE_NS_RANGE = (50_000, 2_000_000)
-POST_NS = 20_000
-CALIBRATION_CALLS = 40
-TAIL_SLACK_MS = 0.0005
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
-_Event = torch.cuda.Event
-_record, _elapsed = torch.cuda.Event.record, torch.cuda.Event.elapsed_time
-_event_sync = torch.cuda.Event.synchronize
 
 
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
@@ -114,99 +122,6 @@ class Measured:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-class Blocker:
-    """The judge's full-GPU kernel from the fixed layer (``_block_device``), bound at load."""
-
-    def __init__(self, block: Callable[[int], None], info: dict[str, Any]):
-        self._block = block
-        self.info = dict(info)
-
-    def block(self, ns: int) -> None:
-        self._block(int(ns))
-
-
-def load_blocker(module: Any) -> Blocker | None:
-    """The blocker of a built module (extension or tracer), or None when it has none or the
-    blocker cannot fill every SM of the current device. Call before candidate code runs."""
-    block, info = getattr(module, "_block_device", None), getattr(module, "_blocker_info", None)
-    if not callable(block) or not callable(info):
-        return None
-    try:
-        details = dict(info())
-    except Exception:  # no CUDA device, or the device refuses the query
-        return None
-    return Blocker(block, details) if details.get("full") else None
-
-
-def device_sample(main_ms: float, tail_ms: float, residual_ms: float, post_ref_ms: float,
-                  idle_residual_ms: float) -> float:
-    """One ``device`` sample: elapsed(ev0, ev1), plus how much ``blocker_post`` was delayed
-    (elapsed(ev1, ev2) over the longest it took alone, plus a slack), plus how much the final
-    device sync took over the longest it took on an idle GPU (work queued after ``ev2``)."""
-    return (main_ms + max(0.0, tail_ms - post_ref_ms)
-            + max(0.0, residual_ms - idle_residual_ms))
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def pre_block_ns(host_ms: float) -> int:
-    """``blocker_pre``'s length: twice the host time of one call plus 20 us, clamped."""
-    low, high = PRE_NS_RANGE
-    return int(min(high, max(low, 2 * host_ms * 1e6 + 20_000)))
-
-
-class _DeviceTimer:
-    """The per-call ``device`` protocol (after the flush and the device-wide sync)."""
-
-    def __init__(self, blocker: Blocker):
-        self.blocker = blocker
-        self.events = [_Event(enable_timing=True) for _ in range(3)]
-        self.pre_ns = PRE_NS_RANGE[1]
-        self.post_ref_ms = 0.0
-        self.idle_ms = 0.0
-
-    def call(self, fn: Callable[..., Any], inputs: list[Any]
-             ) -> tuple[Any, float, float, float]:
-        """Return the output, elapsed(ev0, ev1), elapsed(ev1, ev2) and the residual (ms)."""
-        ev0, ev1, ev2 = self.events
-        self.blocker.block(self.pre_ns)
-        _record(ev0)
-        out = fn(*inputs)
-        _record(ev1)
-        self.blocker.block(POST_NS)
-        _record(ev2)
-        _event_sync(ev2)
-        start = _clock()
-        _cuda_sync()
-        residual = (_clock() - start) * 1e3
-        return out, _elapsed(ev0, ev1), _elapsed(ev1, ev2), residual
-
-    def calibrate(self, host_ms: float) -> None:
-        """Set ``blocker_pre`` from the call's host time; measure ``blocker_post`` alone and
-        the device sync on an idle GPU."""
-        self.pre_ns = PRE_NS_RANGE[0]
-        tails, residuals = [], []
-        for _ in range(CALIBRATION_CALLS):
-            _cuda_sync()
-            _, _, tail, residual = self.call(lambda: None, [])
-            tails.append(tail)
-            residuals.append(residual)
-        # high percentiles, not medians: a one-sided term at the median adds noise to half
-        # the samples; not maxima either: one outlier would hide work that delays the tail
-        self.post_ref_ms = _percentile(tails, 0.9) + TAIL_SLACK_MS
-        self.idle_ms = _percentile(residuals, 0.9)
-        self.pre_ns = pre_block_ns(host_ms)
-
-    def time(self, fn: Callable[..., Any], inputs: list[Any]) -> tuple[Any, float, float]:
-        """Output, sample (ms) and the part of it that came after ``ev1`` (ms)."""
-        out, main, tail, residual = self.call(fn, inputs)
-        sample = device_sample(main, tail, residual, self.post_ref_ms, self.idle_ms)
-        return out, sample, sample - main
-
-
 def _warm_up(fn: Callable[..., Any], rotation: Rotation, cuda: bool, calls: int,
              seconds: float) -> list[float]:
     """Untimed calls (at least ``calls``, and ``seconds`` on CUDA while clocks ramp up);
@@ -237,50 +152,58 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
     """
     cuda = device.startswith("cuda")
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
-    timer = _DeviceTimer(blocker) if cuda and blocker is not None else None
-    samples: list[float] = []
-    outside: list[float] = []
+    timer = DeviceTimer(blocker) if cuda and blocker is not None else None
+    samples: list[float] = []  # wall samples; the device timer keeps its own rows
     last: list[tuple[int, Any]] = []
 
     def timed(index: int | None) -> None:
-        inputs, k = rotation.prepare(index)
-        if cuda:
-            flush.zero_()
-            _cuda_sync()
         if timer is not None:
-            out, sample, after = timer.time(fn, inputs)
-            outside.append(after)
+            inputs, k = timer.prepare(rotation, index, flush)
+            out = timer.time(fn, inputs)
+            if len(timer.rows) % IDLE_PROBE_EVERY == 0:
+                timer.prepare(rotation, None, flush)
+                timer.probe_idle()
         else:
+            inputs, k = rotation.prepare(index)
+            if cuda:
+                flush.zero_()
+                _cuda_sync()
             start = _clock()
             out = fn(*inputs)
             if cuda:
                 _cuda_sync()
-            sample = (_clock() - start) * 1e3
-        samples.append(sample)
+            samples.append((_clock() - start) * 1e3)
         if index is not None:
             last.append((k, out))
+
+    def count() -> int:
+        return len(timer.rows) if timer is not None else len(samples)
 
     with torch.no_grad():
         host = _warm_up(fn, rotation, cuda, warmup, warmup_s)
         if timer is not None:
             timer.calibrate(statistics.median(host) if host else 1e9)
         deadline = _clock() + budget_s
-        while len(samples) < max_runs:
-            if audit is not None and len(samples) % 4 == 3:
+        while count() < max_runs:
+            if audit is not None and count() % 4 == 3:
                 audit(rotation.prepare()[0])
             timed(None)
-            if len(samples) >= min_runs:
-                result = stats(samples)
+            if count() >= min_runs:
+                result = stats(timer.samples() if timer is not None else samples)
                 if result.rel_ci <= target_rel_ci or _clock() > deadline:
                     break
         for index in range(rotation.checked):
             timed(index)
     if timer is None:
         return Measured(samples, last, "wall")
-    details = {"pre_ns": timer.pre_ns, "post_ns": POST_NS, "post_ref_ms": timer.post_ref_ms,
-               "idle_residual_ms": timer.idle_ms, "host_ms": statistics.median(host or [0.0]),
+    final = timer.samples()
+    outside = [sample - row[0] for sample, row in zip(final, timer.rows, strict=True)]
+    details = {"pre_ns": timer.pre_ns, "post_ns": POST_NS, "busy_ns": BUSY_NS,
+               "post_ref_ms": timer.post_ref_ms, "idle_residual_ms": timer.idle_ref_ms(),
+               "idle_calibration_ms": timer.idle_ms, "idle_probes": len(timer.idle),
+               "host_ms": statistics.median(host or [0.0]),
                "outside_ms_median": statistics.median(outside), "blocker": timer.blocker.info}
-    return Measured(samples, last, "device", details)
+    return Measured(final, last, "device", details)
 
 
 def crosscheck(fn: Callable[..., Any], inputs: list[Any], device: str, calls: int,

@@ -4,12 +4,14 @@ A worker copies every tensor it reports into one flat byte buffer (each tensor c
 aligned to ``ALIGN`` bytes) and describes each by offset, byte count, dtype and shape. On
 CUDA the buffer stays in device memory: its CUDA IPC handle travels in the JSON, the judge
 maps it, checks that the range it was told about lies inside the mapped allocation, copies
-the bytes into its own memory and only then lets the worker exit. From a confined worker
-(CUDA IPC does not cross pid namespaces) the buffer is a sealed memory file the judge
-created (``shared_pack``); otherwise on CPU it is a file in the worker's folder. The judge
-names the kind it expects; any other is refused. Nothing is unpickled; every field is
-checked before use, so a hostile candidate's process can make its own outputs unreadable,
-never the judge unhealthy.
+the bytes into its own memory and only then lets the worker exit. CUDA IPC does not cross
+pid namespaces: a confined worker writes into device memory the judge lent it
+(``cuda-fd``, ``device_pack``), which the judge reads only once the worker has exited, or
+else into a sealed memory file the judge created (``memfd``, ``shared_pack``); otherwise on
+CPU the buffer is a file in the worker's folder. The judge names the kind it expects; any
+other is refused (where it named ``cuda-fd`` it also takes ``memfd``, the fallback). Nothing
+is unpickled; every field is checked before use, so a hostile candidate's process can make
+its own outputs unreadable, never the judge unhealthy.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import ctypes
 import math
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ import torch
 from cuda_agent.judge import shared_pack
 
 ALIGN = 256
+KINDS = ("file", "cuda-ipc", "memfd", "cuda-fd")
 DEVICE_HOLD = 1 << 30
 """Bytes of a CUDA pack kept on the device until ``finish``; later outputs wait on the host."""
 DTYPES = {str(d).removeprefix("torch."): d for d in (
@@ -46,12 +50,25 @@ class Packer:
 
     def __init__(self, folder: Path, device: str, kind: str | None = None):
         self.kind = kind or pack_kind(device, confined=False)
-        if self.kind not in ("file", "cuda-ipc", "memfd"):
+        if self.kind not in KINDS:
             raise TransportError(f"unknown pack kind {self.kind!r}")
         self.folder, self.cuda = folder, self.kind == "cuda-ipc"
         self.parts: list[tuple[int, torch.Tensor]] = []
+        self._buffer: torch.Tensor | None = None  # a reserved CUDA IPC pack (``reserve``)
         self.size = 0
-        self._fd = int(os.environ[shared_pack.ENV_FD]) if self.kind == "memfd" else None
+        self.fallback: str | None = None
+        self._fd = _memfd() if self.kind in ("memfd", "cuda-fd") else None
+        if self.kind == "memfd" and self._fd is None:
+            raise TransportError("a memory-file pack, but this worker was given none")
+        self._device: torch.Tensor | None = None  # the lent device pack (cuda-fd)
+        if self.kind == "cuda-fd":
+            from cuda_agent.judge import device_pack
+
+            memory, why = device_pack.imported()
+            if memory is None:
+                self._fall_back(why)
+            else:
+                self._device = memory.tensor()
         self._file = (folder / "outputs.bin").open("wb") if self.kind == "file" else None
 
     def add(self, values: list[Any]) -> list[dict[str, Any]]:
@@ -63,32 +80,57 @@ class Packer:
                                      "torch.Tensor")
             data = value.detach().contiguous().reshape(-1).view(torch.uint8)
             offset = self.size
-            if self.cuda:
+            if self._device is not None and offset + data.numel() > self._device.numel():
+                self._fall_back(f"the outputs exceed the device pack's "
+                                f"{self._device.numel()} bytes")
+            if self._buffer is not None and offset + data.numel() <= self._buffer.numel():
+                self._buffer[offset:offset + data.numel()].copy_(data)
+            elif self.cuda:
                 # past DEVICE_HOLD bytes the copies wait in host memory: finishing the pack
                 # then needs the pack's size on the device once, not twice
                 on_device = offset + data.numel() <= DEVICE_HOLD
                 self.parts.append((offset, data.clone() if on_device else data.cpu()))
+            elif self._device is not None:
+                self._device[offset:offset + data.numel()].copy_(data)
             elif self._fd is not None:
-                if offset + data.numel() > shared_pack.capacity(self._fd):
-                    raise TransportError("the outputs exceed the output pack's "
-                                         f"{shared_pack.capacity(self._fd)} bytes")
-                shared_pack.write(self._fd, offset, data)
+                self._write_memfd(offset, data)
             else:
                 shared_pack.write(self._file.fileno(), offset, data)
-            self.size = offset + _aligned(data.numel())
+            self.size = offset + aligned(data.numel())
             descriptors.append({"offset": offset, "nbytes": data.numel(),
                                 "dtype": str(value.dtype).removeprefix("torch."),
                                 "shape": list(value.shape)})
         return descriptors
 
+    def reserve(self, nbytes: int) -> bool:
+        """A CUDA IPC pack that will hold ``nbytes`` (the packer's caller has planned its
+        outputs): allocate it now, so each output is copied straight in, never through host
+        memory, when it fits in half the device's free memory. Returns whether it did."""
+        if not self.cuda or self.size or self._buffer is not None or nbytes <= 0:
+            return False
+        free, _ = torch.cuda.mem_get_info()
+        if nbytes > free // 2:
+            return False
+        self._buffer = torch.zeros(nbytes, dtype=torch.uint8, device="cuda")
+        return True
+
     def finish(self) -> dict[str, Any]:
+        if self._device is not None:
+            if self._device.is_cuda:  # the copies in are done before the judge is told
+                torch.cuda.synchronize(self._device.device)
+            return {"kind": "cuda-fd", "size": self.size}
         if self._fd is not None:
             return {"kind": "memfd", "size": self.size}
         if not self.cuda:
             self._file.truncate(self.size)
             self._file.close()
             return {"kind": "file", "name": "outputs.bin", "size": self.size}
-        buffer = torch.zeros(max(self.size, 1), dtype=torch.uint8, device="cuda")
+        buffer = self._buffer
+        if buffer is None or self.parts:
+            buffer = torch.zeros(max(self.size, 1), dtype=torch.uint8, device="cuda")
+            if self._buffer is not None:  # outgrew its reservation: what it holds moves over
+                buffer[:self._buffer.numel()].copy_(self._buffer)
+                self._buffer = None
         while self.parts:
             offset, data = self.parts.pop(0)
             buffer[offset:offset + data.numel()].copy_(data)
@@ -103,31 +145,59 @@ class Packer:
                 "ref_offset": ref_offset, "event_handle": _b64(event_handle),
                 "event_sync": bool(event_sync)}
 
+    def _write_memfd(self, offset: int, data: torch.Tensor) -> None:
+        if offset + data.numel() > shared_pack.capacity(self._fd):
+            raise TransportError("the outputs exceed the output pack's "
+                                 f"{shared_pack.capacity(self._fd)} bytes")
+        shared_pack.write(self._fd, offset, data)
+
+    def _fall_back(self, why: str) -> None:
+        """From the device pack to the memory file: what was packed so far moves over, at
+        the same offsets, and the pack is finished as ``memfd``."""
+        if self._fd is None:
+            raise TransportError(f"{why}, and there is no memory file to fall back to")
+        print(f"output pack: {why}; using the memory file instead", file=sys.stderr)
+        packed, self._device = self._device, None
+        if packed is not None and self.size:
+            self._write_memfd(0, packed[:self.size])
+        self.kind, self.fallback = "memfd", why
+
 
 def pack_kind(device: str, confined: bool) -> str:
     """How a worker on ``device`` hands over its outputs: a sealed memory file from a worker
-    in its own pid namespace, else device memory by CUDA IPC, or a file on CPU."""
+    in its own pid namespace (which the judge may upgrade to a lent device pack,
+    ``device_pack.offer``), else device memory by CUDA IPC, or a file on CPU."""
     if confined:
         return "memfd"
     return "cuda-ipc" if device.startswith("cuda") else "file"
 
 
 def open_pack(pack: Any, folder: Path, device: str, kind: str | None = None,
-              pack_fd: int | None = None) -> torch.Tensor:
-    """The pack's bytes, copied into memory this process owns (on ``device``); ``kind`` is
-    the kind the worker was told to use (default: ``pack_kind(device, False)``), ``pack_fd``
-    the judge's descriptor of a ``memfd`` pack."""
+              pack_fd: int | None = None, memory: Any = None) -> torch.Tensor:
+    """The pack's bytes, in memory this process owns (on ``device``); ``kind`` is the kind
+    the worker was told to use (default: ``pack_kind(device, False)``), ``pack_fd`` the
+    judge's descriptor of a ``memfd`` pack, ``memory`` the ``DeviceMemory`` of a
+    ``cuda-fd`` pack, which is returned in place (read it only after the worker exited)."""
     if not isinstance(pack, dict):
         raise TransportError("no output pack described")
     size = _int(pack.get("size"), "size")
     expected = kind or pack_kind(device, confined=False)
-    if pack.get("kind") != expected:
-        raise TransportError(f"output pack of kind {pack.get('kind')!r}; {expected} expected")
+    allowed = (expected, "memfd") if expected == "cuda-fd" else (expected,)
+    if pack.get("kind") not in allowed:
+        raise TransportError(f"output pack of kind {pack.get('kind')!r}; "
+                             f"{' or '.join(allowed)} expected")
     if expected == "cuda-ipc":
         if not device.startswith("cuda"):
             raise TransportError(f"a CUDA IPC pack on device {device}")
         return _open_ipc(pack, size)
-    if expected == "memfd":
+    if pack["kind"] == "cuda-fd":
+        if memory is None:
+            raise TransportError("a device pack, but the worker was lent none")
+        if size > memory.size:
+            raise TransportError(f"output pack of {size} bytes is larger than the "
+                                 f"{memory.size} bytes lent")
+        return memory.tensor()[:size]
+    if pack["kind"] == "memfd":
         if pack_fd is None:
             raise TransportError("a memory-file pack, but the worker was given none")
         try:
@@ -206,8 +276,13 @@ def _check_range(pointer: int, nbytes: int) -> None:
         raise TransportError("output pack extends past its allocation")
 
 
-def _aligned(n: int) -> int:
+def aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def _memfd() -> int | None:
+    text = os.environ.get(shared_pack.ENV_FD, "")
+    return int(text) if text.isdigit() else None
 
 
 def _int(value: Any, name: str) -> int:

@@ -150,6 +150,10 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         result["stage_at"]["job"] = time.time()
         if job["device"].startswith("cuda"):
             torch.cuda.init()
+        if job.get("pack") == "cuda-fd":  # mapped before any candidate code runs
+            from cuda_agent.judge import device_pack
+
+            device_pack.receive(job)
         run(job, out, result, mark)
         result["ok"] = True
         if job["device"].startswith("cuda"):
