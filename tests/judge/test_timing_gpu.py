@@ -141,7 +141,9 @@ def test_copy_engine_on_private_stream(blocker: Blocker):
 
 
 def test_spread_within_one_process(blocker: Blocker):
-    medians = [median_ms(torch.sin, blocker) for _ in range(5)]
+    # at the judge's CUDA target interval (0.2%); at 0.5% five medians spread 1.04% once
+    medians = [stats(measure(torch.sin, rotation(), "cuda", blocker=blocker, target_rel_ci=0.002,
+                             **OPTIONS).samples).median_ms for _ in range(5)]
     spread = (max(medians) - min(medians)) / statistics.median(medians)
     assert spread <= 0.01, medians
 

@@ -60,8 +60,9 @@ class JudgeConfig(BaseModel):
 
     cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
     keep_warm: bool = Field(
-        False, description="Start the next judgement's worker processes when one ends, so "
-        "repeated judgements skip interpreter start-up (call Judge.close() when done).")
+        False, description="Start the next judgement's worker processes as soon as a "
+        "judgement takes its own, so they start up while it runs and repeated judgements skip "
+        "interpreter start-up (call Judge.close() when done).")
     confine: Literal["auto", "on", "off"] = Field(
         "auto", description="Confine the candidate's process in namespaces of its own "
         "(read-only file system, private /tmp, no network, own pid namespace). 'auto': where "

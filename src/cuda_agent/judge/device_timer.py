@@ -158,10 +158,14 @@ class DeviceTimer:
         spin_ns = max(1_000, int(statistics.median(r[0] for r in self.rows) * 1e6))
         self.idle.append(self.call(lambda: self.blocker.block(spin_ns), [])[3])
 
+    def probed(self) -> bool:
+        """Whether enough idle probes exist for the run's own reference."""
+        return len(self.idle) >= IDLE_PROBES_MIN
+
     def idle_ref_ms(self) -> float:
         """The sync's idle reference: the 90th percentile of the probes (calibration's until
         there are a few)."""
-        return _percentile(self.idle, 0.9) if len(self.idle) >= IDLE_PROBES_MIN else self.idle_ms
+        return _percentile(self.idle, 0.9) if self.probed() else self.idle_ms
 
     def samples(self) -> list[float]:
         idle = self.idle_ref_ms()

@@ -134,6 +134,8 @@ class Judge:
         plan = JudgePlan(cfg, task, self.device, seed, tmp)
         workers = self._spares[:] if len(self._spares) == 2 else self._pair()
         self._spares.clear()
+        if self.config.keep_warm:  # the next pair starts up while this judgement runs
+            self._spares.extend(self._pair())
         verdict.isolation = confine.isolation(workers[1])
         try:
             return self._run(verdict, plan, snapshot, candidate.kind, workers, profile)

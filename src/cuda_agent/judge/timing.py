@@ -188,7 +188,7 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
             if audit is not None and count() % 4 == 3:
                 audit(rotation.prepare()[0])
             timed(None)
-            if count() >= min_runs:
+            if count() >= min_runs and (timer is None or timer.probed()):
                 result = stats(timer.samples() if timer is not None else samples)
                 if result.rel_ci <= target_rel_ci or _clock() > deadline:
                     break
