@@ -57,7 +57,6 @@ class JudgeConfig(BaseModel):
         None, gt=0, description="Stop once the median's 95% CI half-width is this fraction. "
         "None: 0.002 on CUDA (device time is steady enough between processes that a tighter "
         "interval pays), 0.005 on CPU (wall time).")
-
     cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "

@@ -34,7 +34,7 @@ import torch
 
 from cuda_agent.judge import cuda_driver
 from cuda_agent.judge.cuda_vmm import DeviceMemory
-from cuda_agent.judge.transport import TransportError, aligned
+from cuda_agent.judge.transport import TransportError, pack_size
 
 ENV_SOCK = "CUDA_AGENT_PACK_SOCK"
 """The environment variable through which a confined worker learns its socket's number."""
@@ -58,7 +58,7 @@ class PackOffer:
 
 def pack_bytes(groups: Iterable[list[torch.Tensor]]) -> int:
     """Bytes of a pack holding these groups of tensors, each at an aligned offset."""
-    return sum(aligned(t.numel() * t.element_size()) for group in groups for t in group)
+    return pack_size(t.numel() * t.element_size() for group in groups for t in group)
 
 
 def offer(device: str, nbytes: int | None) -> PackOffer:

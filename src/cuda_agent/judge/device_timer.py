@@ -73,11 +73,6 @@ def device_sample(main_ms: float, tail_ms: float, residual_ms: float, post_ref_m
             + max(0.0, residual_ms - idle_residual_ms))
 
 
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def pre_block_ns(host_ms: float) -> int:
     """``blocker_pre``'s length: twice the host time of one call plus 20 us, clamped."""
     low, high = PRE_NS_RANGE
@@ -87,7 +82,7 @@ def pre_block_ns(host_ms: float) -> int:
 class DeviceTimer:
     """The per-call ``device`` protocol (after the flush and the device-wide sync).
 
-    Between calls the GPU is kept busy (``keep_busy``) while the host refills the inputs:
+    Between calls the GPU is kept busy (``prepare``) while the host refills the inputs:
     measured on an H100, letting it idle there moved a 50 us kernel's per-process median by
     up to 1.2% from one process to the next; keeping it busy, by at most 0.3-0.7%. The
     final sync's idle time is re-measured during the run (``probe_idle``: the same sequence

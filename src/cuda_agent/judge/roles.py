@@ -15,7 +15,7 @@ import torch
 from cuda_agent.judge import timing
 from cuda_agent.judge.budget import OutputPlan, plan_outputs
 from cuda_agent.judge.gpu_turn import GpuTurn
-from cuda_agent.judge.transport import Packer, TransportError, aligned
+from cuda_agent.judge.transport import Packer, TransportError, pack_size
 from cuda_agent.judge.worker import (
     StageError,
     as_outputs,
@@ -143,23 +143,24 @@ def _reference_outputs(job: dict[str, Any], ns: dict[str, Any], forward: Any,
                          "timed": timed}
 
 
+def _sizes(first: list[Any]) -> tuple[list[int], list[int]]:
+    """The bytes of each tensor of one trial's outputs, and of its float64 twin."""
+    tensors = [t for t in first if isinstance(t, torch.Tensor)]
+    return ([t.numel() * t.element_size() for t in tensors],
+            [t.numel() * (8 if t.is_floating_point() else t.element_size()) for t in tensors])
+
+
 def _pack_bytes(first: list[Any], sets: int, wide_sets: int) -> int:
     """The pack's bytes: ``sets`` outputs like ``first`` and ``wide_sets`` float64 twins."""
-    tensors = [t for t in first if isinstance(t, torch.Tensor)]
-    one = sum(aligned(t.numel() * t.element_size()) for t in tensors)
-    wide = sum(aligned(t.numel() * (8 if t.is_floating_point() else t.element_size()))
-               for t in tensors)
-    return sets * one + wide_sets * wide
+    plain, wide = _sizes(first)
+    return sets * pack_size(plain) + wide_sets * pack_size(wide)
 
 
 def _output_plan(job: dict[str, Any], first: list[Any], wide: bool) -> OutputPlan:
-    tensors = [t for t in first if isinstance(t, torch.Tensor)]
-    out_bytes = sum(t.numel() * t.element_size() for t in tensors)
-    wide_bytes = sum(t.numel() * (8 if t.is_floating_point() else t.element_size())
-                     for t in tensors)
+    plain, twin = _sizes(first)
     budget = int(job["output_budget_gb"] * 2**30)
     return plan_outputs(len(job["trials"]), job["fresh_trials"], len(job["timing_seeds"]),
-                        out_bytes, wide_bytes, budget, wide)
+                        sum(plain), sum(twin), budget, wide)
 
 
 def _bandwidth(device: str) -> float:

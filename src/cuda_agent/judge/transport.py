@@ -22,6 +22,7 @@ import math
 import os
 import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -278,6 +279,11 @@ def _check_range(pointer: int, nbytes: int) -> None:
 
 def aligned(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def pack_size(nbytes: Iterable[int]) -> int:
+    """Bytes of a pack holding items of these sizes, each at an aligned offset."""
+    return sum(aligned(n) for n in nbytes)
 
 
 def _memfd() -> int | None:
