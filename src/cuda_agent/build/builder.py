@@ -18,7 +18,6 @@ import hashlib
 import os
 import re
 import shutil
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from cuda_agent.build import diagnostics, toolchain
+from cuda_agent.build import diagnostics, nvcc_split, toolchain
 from cuda_agent.build.toolchain import Toolchain, ToolchainError
 from cuda_agent.paths import TEMPLATES, home_dir
 from cuda_agent.results import BuildResult, Diagnostic
@@ -55,6 +54,9 @@ class BuildConfig(BaseModel):
     extra_cflags: tuple[str, ...] = Field((), description="Added to every C++ compile.")
     extra_cuda_cflags: tuple[str, ...] = Field((), description="Added to every nvcc compile.")
     max_sources: int = Field(64, description="Refuse workspaces with more kernel sources.")
+    split_nvcc: bool = Field(True, description=(
+        "Run nvcc's stages for a kernel .cu as a graph (the host compile beside ptxas; the "
+        "same object, about 0.8 s sooner); False runs the plain nvcc command."))
 
     def resolved_cache(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else home_dir() / "build"
@@ -190,30 +192,29 @@ class Builder:
     def _object_path(self, key: str) -> Path:
         return self.cache / "objects" / key[:2] / f"{key}.o"
 
-    def _compile(self, cmd: list[str], cwd: Path, obj: Path) -> tuple[bool, str]:
+    def _compile(self, cmd: list[str], cwd: Path, obj: Path, split: bool = False
+                 ) -> tuple[bool, str]:
         obj.parent.mkdir(parents=True, exist_ok=True)
         tmp = obj.with_name(f"{obj.stem}.{os.getpid()}.{time.monotonic_ns()}.tmp.o")
         cmd = [*cmd[:-1], str(tmp)]
-        try:
-            proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True,
-                                  timeout=self.config.timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            tmp.unlink(missing_ok=True)
-            return False, f"compiler timed out after {self.config.timeout_s:.0f} s"
-        if proc.returncode == 0 and tmp.exists():
+        run = nvcc_split.compile_cu if split else nvcc_split.run_command
+        done = run(cmd, cwd, self.config.timeout_s)
+        if done.ok and tmp.exists():
             os.replace(tmp, obj)
-            return True, proc.stderr
+            return True, done.log
         tmp.unlink(missing_ok=True)
-        return False, proc.stdout + proc.stderr
+        return False, done.log
 
     def _object(self, root: Path, source: Path, chain: Toolchain, header_hash: str
                 ) -> tuple[str, str, Path, str]:
         cmd = self._command(chain, str(source), "OUT")
-        key = _hash(chain.fingerprint, header_hash, " ".join(cmd), (root / source).read_bytes())
+        split = self.config.split_nvcc and source.suffix == ".cu"
+        command = " ".join(cmd) + (f" {nvcc_split.CACHE_MARKER}" if split else "")
+        key = _hash(chain.fingerprint, header_hash, command, (root / source).read_bytes())
         obj = self._object_path(key)
         if obj.exists():
             return str(source), "cached", obj, ""
-        ok, log = self._compile(cmd, root, obj)
+        ok, log = self._compile(cmd, root, obj, split)
         return str(source), "compiled" if ok else "failed", obj, log
 
     @staticmethod
