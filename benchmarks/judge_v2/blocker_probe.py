@@ -99,18 +99,28 @@ def _piped_full(torch: Any, timing: Any, blocker: Any, model: Any, rotation: Any
     return out
 
 
-def child(spec: dict[str, Any]) -> dict[str, Any]:
+def loaded(spec: dict[str, Any]) -> tuple[dict[str, Any], Any, Any]:
+    """The target's task namespace, its model on the GPU (eval) and the module whose
+    blocker times it, in a child process."""
     import torch
-    from timing_probe import piped_ms
 
-    from cuda_agent.judge import timing
-    from cuda_agent.judge.worker import load_task_namespace, make_inputs, seed_all
+    from cuda_agent.judge.worker import load_task_namespace, seed_all
 
     torch.cuda.init()
     ns = load_task_namespace(spec["task_code"])
     seed_all(0)
     model, ext = _model(spec, ns)
-    model = model.cuda().eval()
+    return ns, model.cuda().eval(), ext
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from timing_probe import piped_ms
+
+    from cuda_agent.judge import timing
+    from cuda_agent.judge.worker import make_inputs
+
+    ns, model, ext = loaded(spec)
     blocker = timing.load_blocker(ext)
     rotation = timing.Rotation(lambda k: make_inputs(ns, 1000 + k, "cuda"), 2)
     flush = torch.empty(timing.L2_FLUSH_BYTES // 4, device="cuda")
@@ -172,30 +182,44 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def main() -> int:
-    from timing_probe import targets
-
-    parser = argparse.ArgumentParser()
+def probe_args(parser: argparse.ArgumentParser) -> None:
+    """The options every per-process probe takes (targets, processes, output, child)."""
     parser.add_argument("--kernelbench", type=Path,
                         default=HERE.parents[1] / ".bench/kernelbench.jsonl")
     parser.add_argument("--processes", type=int, default=5)
-    parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--warmup-s", type=float, default=0.3)
-    parser.add_argument("--busy-ns", type=int, default=300_000)
     parser.add_argument("--only", default="", help="comma-separated target name parts")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--child", default=None)
-    args = parser.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(Path(args.child).read_text()))))
-        return 0
+    parser.add_argument("--child", default=None, help="(internal) run one child process")
+
+
+def run_child(args: argparse.Namespace, child: Any) -> int:
+    """Run ``child`` on the spec file ``--child`` names; print its record as JSON."""
+    print(json.dumps(child(json.loads(Path(args.child).read_text()))))
+    return 0
+
+
+def selected(args: argparse.Namespace) -> tuple[list[tuple[str, dict[str, Any]]], str]:
+    """The targets ``--only`` names (all by default) and a built module with a blocker."""
+    from timing_probe import targets
+
     found = targets(args.kernelbench, HERE.parents[1])
     blocker_ext = next(s["extension"] for _, s in found if s.get("extension"))
     wanted = [w for w in args.only.split(",") if w]
+    return [(n, s) for n, s in found if not wanted or any(w in n for w in wanted)], blocker_ext
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    probe_args(parser)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--warmup-s", type=float, default=0.3)
+    parser.add_argument("--busy-ns", type=int, default=300_000)
+    args = parser.parse_args()
+    if args.child:
+        return run_child(args, child)
+    found, blocker_ext = selected(args)
     report: dict[str, Any] = {}
     for name, spec in found:
-        if wanted and not any(w in name for w in wanted):
-            continue
         spec.update(calls=args.calls, warmup_s=args.warmup_s, busy_ns=args.busy_ns,
                     blocker_ext=blocker_ext)
         path = Path(f"/tmp/blkprobe_{abs(hash(name))}.json")

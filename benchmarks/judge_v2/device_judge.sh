@@ -7,6 +7,9 @@
 #        judge latency
 #   bash benchmarks/judge_v2/device_judge.sh large OUT_DIR   # outputs of gigabytes: baselines
 #        of the largest level-1 problems, the honest ReLU answer judged, the judge's GPU tests
+#   bash benchmarks/judge_v2/device_judge.sh v7 OUT_DIR      # CUDA hacks (native threads
+#        included), device timing, end-to-end and split-nvcc tests; split probe; latency
+#   bash benchmarks/judge_v2/device_judge.sh clock OUT_DIR   # per-process time against SM clock
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -46,6 +49,23 @@ fd)
   echo "== latency, cuda-fd"
   timeout 150 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 12,40 \
     --iters 3 2>&1 | grep -v Warning | tail -60 | tee "$OUT/latency_fd.txt"
+  ;;
+v7)
+  timeout 400 python3 -m pytest -q -m "gpu or nvcc" tests/judge/adversarial/test_cuda_hacks.py \
+    tests/judge/test_timing_gpu.py tests/gpu/test_cuda_e2e.py tests/build/test_nvcc_split.py \
+    -p no:cacheprovider --timeout 200 -rfEsxX --durations=8 2>&1 | tail -30 \
+    | tee "$OUT/v7_tests.txt"
+  echo "== nvcc split probe"
+  timeout 60 python3 benchmarks/build/nvcc_split_probe.py -n 3 --arch 90a 2>&1 | tail -8
+  echo "== latency"
+  timeout 130 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 12,40 \
+    --iters 3 2>&1 | grep -v Warning | tail -30 | tee "$OUT/latency.txt"
+  ;;
+clock)
+  timeout 560 python3 benchmarks/judge_v2/clock_probe.py --kernelbench "$KB" \
+    --only "${ONLY:-1/12,calibrated}" --processes "${PROCESSES:-5}" \
+    --warmup-s "${WARMUPS:-0.2}" --variants "${VARIANTS:-base}" --json "$OUT/clock.json" 2>&1 | grep -v Warning \
+    | tee "$OUT/clock.txt"
   ;;
 cuda-hacks)
   timeout 200 python3 -m pytest -q -m gpu tests/judge/adversarial/test_cuda_hacks.py \

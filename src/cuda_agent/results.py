@@ -77,6 +77,8 @@ class TimingStats:
     ci_low_ms: float = 0.0
     ci_high_ms: float = 0.0
     iqr_ms: float = 0.0
+    left_out: int = 0
+    """Timed calls not counted because the device was disturbed during them (CUDA)."""
 
     @property
     def rel_ci(self) -> float:

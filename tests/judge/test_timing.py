@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from cuda_agent.judge import timing
-from cuda_agent.judge.device_timer import IDLE_PROBES_MIN, DeviceTimer
+from cuda_agent.judge.device_timer import IDLE_PROBES_MIN, DeviceTimer, undisturbed
 from cuda_agent.judge.timing import (
     PRE_NS_RANGE,
     TIME_MEANINGS,
@@ -133,3 +133,28 @@ def test_measure_stops_at_the_confidence_target():
     result = measure(lambda: None, rotation, "cpu", warmup=0, min_runs=10, max_runs=500,
                      budget_s=10.0, target_rel_ci=10.0)
     assert len(result.samples) == 10 and result.last == []
+
+
+def test_calls_after_a_slow_flush_are_left_out():
+    # the flush before calls 3 and 4 ran 20% slow (the device was disturbed): those calls
+    # were slow too, and do not count
+    timer = _timer([(0.100, 0.020, 0.008)] * 2 + [(0.140, 0.020, 0.008)] * 2
+                   + [(0.100, 0.020, 0.008)] * 4, [])
+    timer.flush_ms = [0.084, 0.0842, 0.101, 0.100, 0.0838, 0.084, 0.0841, 0.0843]
+    assert timer.kept() == [True, True, False, False, True, True, True, True]
+    assert timer.samples() == pytest.approx([0.100] * 6)
+
+
+def test_nothing_is_left_out_when_most_flushes_are_slow_or_none_were_timed():
+    assert undisturbed([0.084] * 3 + [0.100] * 7) == [True] * 10  # 7 of 10 slow: kept
+    assert undisturbed([0.084, 0.0844, 0.0849]) == [True] * 3  # within the 5% margin
+    assert undisturbed([]) == []
+    timer = _timer([(0.100, 0.020, 0.008)] * 3, [])
+    assert timer.kept() == [True] * 3  # rows set without flush times (no flush timed)
+
+
+
+def test_worker_stats_carry_the_calls_left_out():
+    result = {"samples_ms": [0.1, 0.2, 0.3], "timing_details": {"disturbed": 4}}
+    assert timing.worker_stats(result).left_out == 4
+    assert timing.worker_stats({"samples_ms": [0.1]}).left_out == 0

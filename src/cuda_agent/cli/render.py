@@ -46,7 +46,9 @@ def print_judge(result: JudgeResult) -> None:
         spread = f"  (sum over {len(result.shapes)} input shapes)"
     elif result.timing is not None:
         spread = (f"  (95% CI {result.timing.ci_low_ms:.4g}-{result.timing.ci_high_ms:.4g}, "
-                  f"{result.timing.runs} runs)")
+                  f"{result.timing.runs} runs"
+                  + (f", {result.timing.left_out} left out: device disturbed"
+                     if result.timing.left_out else "") + ")")
     table.add_row("candidate", _ms(result.runtime_ms) + spread)
     table.add_row("eager", f"{_ms(result.eager_ms)}  (speed-up {_x(result.speedup_vs_eager)})")
     table.add_row("torch.compile",

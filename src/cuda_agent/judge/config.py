@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v6"
+JUDGE_VERSION = "judge-v7"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -31,6 +31,10 @@ History:
   idle GPU there made per-process medians differ by about 1%); the final sync's idle
   reference is re-measured during the run, with no candidate code; the median's target
   interval is 0.2% on CUDA.
+- judge-v7: native threads (C++, CUDA host code) that the candidate starts and that are
+  still alive once it is loaded, after a checked or timed call, or after timing fail the
+  judgement, like Python threads (``judge.threads``); on CUDA a timed call whose L2 flush
+  ran more than 5% slower than the run's usual flush is left out (a disturbed device).
 """
 
 

@@ -7,7 +7,8 @@ flushed: ``blocker_pre``, event ``ev0``, the call, ``ev1``, ``blocker_post``, ``
 for ``ev2``, then time a device-wide synchronisation. A sample is elapsed(ev0, ev1) plus how
 much ``blocker_post`` was delayed (work still running after the calling stream is done) plus
 how much the final sync took over the idle reference (work queued later); see
-``device_sample``.
+``device_sample``. A call whose L2 flush, timed just before it with no candidate code on the
+GPU, ran markedly slower than the run's usual flush is left out (``undisturbed``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,13 @@ BUSY_NS = 300_000
 IDLE_PROBE_EVERY = 3
 """One idle probe (``DeviceTimer.probe_idle``) after every this many timed calls."""
 IDLE_PROBES_MIN = 5
+DISTURBED_MARGIN = 0.05
+"""A call is disturbed when the flush before it took this much longer than the run's usual
+flush (its 20th percentile). Measured on an H100: episodes of a slower device (no clock or
+throttle change seen by NVML) slowed the flush by 15-25% and the calls with it by 3-150%;
+undisturbed flushes varied by under 1%."""
+DISTURBED_MAX_SHARE = 0.5
+"""If more calls than this share are disturbed, none is left out (the device is just slow)."""
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -64,6 +72,18 @@ def load_blocker(module: Any) -> Blocker | None:
     return Blocker(block, details) if details.get("full") else None
 
 
+def undisturbed(flush_ms: list[float]) -> list[bool]:
+    """Which calls to keep, from the time of the L2 flush before each (the judge's own work
+    on an otherwise idle GPU): those within ``DISTURBED_MARGIN`` of the run's usual flush."""
+    if not flush_ms:
+        return []
+    usual = _percentile(flush_ms, 0.2)
+    keep = [f <= usual * (1 + DISTURBED_MARGIN) for f in flush_ms]
+    if sum(keep) < (1 - DISTURBED_MAX_SHARE) * len(keep):
+        return [True] * len(keep)
+    return keep
+
+
 def device_sample(main_ms: float, tail_ms: float, residual_ms: float, post_ref_ms: float,
                   idle_residual_ms: float) -> float:
     """One ``device`` sample: elapsed(ev0, ev1), plus how much ``blocker_post`` was delayed
@@ -96,6 +116,9 @@ class DeviceTimer:
         self.idle_ms = 0.0
         self.rows: list[tuple[float, float, float]] = []
         self.idle: list[float] = []
+        self.flush_ms: list[float] = []  # the flush before each row's call
+        self._flush_events: list[Any] = []
+        self._last_flush_ms = 0.0
 
     def call(self, fn: Callable[..., Any], inputs: list[Any]
              ) -> tuple[Any, float, float, float]:
@@ -135,17 +158,30 @@ class DeviceTimer:
                 ) -> tuple[list[Any], int]:
         """The next call's inputs (``rotation.prepare``) refilled and the L2 cache flushed
         while a blocker keeps the GPU busy; returns on an idle GPU."""
+        if not self._flush_events:
+            self._flush_events = [_Event(enable_timing=True) for _ in range(2)]
+        start, end = self._flush_events
         _cuda_sync()
         self.blocker.block(BUSY_NS)
         inputs, k = rotation.prepare(index)
+        _record(start)
         flush.zero_()
+        _record(end)
         _cuda_sync()
+        self._last_flush_ms = _elapsed(start, end)
         return inputs, k
 
     def time(self, fn: Callable[..., Any], inputs: list[Any]) -> Any:
         out, main, tail, residual = self.call(fn, inputs)
         self.rows.append((main, tail, residual))
+        self.flush_ms.append(self._last_flush_ms)
         return out
+
+    def kept(self) -> list[bool]:
+        """Which rows count (``undisturbed``; all of them when no flush was timed)."""
+        if len(self.flush_ms) != len(self.rows):
+            return [True] * len(self.rows)
+        return undisturbed(self.flush_ms)
 
     def probe_idle(self) -> None:
         """The call's sequence around a stand-in of the same device time: the final sync's
@@ -163,6 +199,8 @@ class DeviceTimer:
         return _percentile(self.idle, 0.9) if self.probed() else self.idle_ms
 
     def samples(self) -> list[float]:
+        """The samples of the rows that count, in order."""
         idle = self.idle_ref_ms()
         return [device_sample(main, tail, residual, self.post_ref_ms, idle)
-                for main, tail, residual in self.rows]
+                for (main, tail, residual), keep in zip(self.rows, self.kept(), strict=True)
+                if keep]

@@ -1,4 +1,4 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v6).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v7).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
@@ -35,7 +35,7 @@ from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
-from cuda_agent.judge.timing import stats
+from cuda_agent.judge.timing import worker_stats
 from cuda_agent.judge.transport import TransportError
 from cuda_agent.judge.verify import check_outputs, check_timing
 from cuda_agent.results import JudgeResult
@@ -259,7 +259,7 @@ class Judge:
                            ) -> baseline_cache.Baselines:
         """``extra`` goes into the compile job (``measure`` passes its ``gpu_turn``)."""
         cfg = self.config
-        eager = stats(ref.result["samples_ms"]) if ref.result.get("samples_ms") else None
+        eager = worker_stats(ref.result) if ref.result.get("samples_ms") else None
         compile_stats = None
         if cfg.time and cfg.time_compile:
             worker = self._worker()
@@ -269,7 +269,7 @@ class Judge:
             finally:
                 worker.close()
             if comp.ok:
-                compile_stats = stats(comp.result["samples_ms"])
+                compile_stats = worker_stats(comp.result)
             else:
                 raise JudgeError(f"torch.compile baseline failed: {comp.failure}")
         base = baseline_cache.Baselines(eager, compile_stats, ref.result.get("bandwidth_gbs"),

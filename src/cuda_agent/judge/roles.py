@@ -258,8 +258,16 @@ def _load_tracer(path: str) -> Any:
 
 def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, mark) -> None:
     from cuda_agent.judge.guard import ForwardGuard
+    from cuda_agent.judge.threads import ThreadWatch
 
     device = job["device"]
+    threads = ThreadWatch.settle(device)  # before any candidate code runs
+
+    def no_new_threads(stage: str, when: str) -> None:
+        problem = threads.problem(when)
+        if problem:
+            raise StageError(stage, problem)
+
     model_cls, modules, tracer, blocker = _load_candidate(job)
     result["stage"] = "init"
     seed_all(job["init_seed"])
@@ -275,6 +283,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         raise StageError("load", f"the candidate started {len(extra)} thread(s) "
                          f"({', '.join(extra[:3])}): not allowed, all work must finish "
                          "inside forward")
+    no_new_threads("load", "once it was loaded")
     guard = ForwardGuard(modules, tracer)
 
     def checked(inputs: list[Any], stage: str) -> Any:
@@ -283,6 +292,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         for k, (a, b) in enumerate(zip(inputs, before, strict=True)):
             if isinstance(a, torch.Tensor) and not torch.equal(a, b):
                 problems.append(f"input {k} was modified by forward()")
+        problems += filter(None, [threads.problem("after forward returned")])
         if problems:
             raise StageError(stage, "; ".join(problems))
         return outputs
@@ -299,17 +309,19 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         rotation = _rotation(job, ns)
         measured = timing.measure(model, rotation, device, **_timing_kwargs(job),
                                   audit=lambda inputs: checked(inputs, "timing"),
-                                  blocker=blocker)
+                                  blocker=blocker, watch=lambda: no_new_threads(
+                                      "timing", "after a timed call returned"))
         samples, last = measured.samples, measured.last
         result["samples_ms"], result["time_meaning"] = samples, measured.meaning
         result["timing_details"] = measured.details
         timed = [{"variant": k, "out": _pack(packer, outputs)} for k, outputs in last]
-        if job.get("profile"):
-            result["profile"] = _profile_table(model, rotation.prepare(0)[0], device)
         calls = max(3, min(1000, int(200.0 / max(sorted(samples)[len(samples) // 2], 1e-3))))
         inputs, _ = rotation.prepare(0)
         result["crosscheck_calls"] = calls
         result["crosscheck_ms"] = timing.crosscheck(model, inputs, device, calls, mark)
+        no_new_threads("timing", "after the timed calls")
+        if job.get("profile"):  # last: the profiler starts threads of its own
+            result["profile"] = _profile_table(model, rotation.prepare(0)[0], device)
     result["outputs"] = {"pack": packer.finish(), "trials": trials, "timed": timed}
     _inline_cache_out(job)
 

@@ -11,7 +11,7 @@ A time has one of two meanings (``TIME_MEANINGS``; ``Measured.meaning`` says whi
   ``blocker_post`` and work queued later delays the final sync (``device_sample``).
 - ``wall`` (CPU, or no blocker): per-call wall time between device-wide synchronisations.
 
-Calls alternate between two input buffers whose contents are replaced before every call (a
+Calls cycle through input buffers whose contents are replaced before every call (a
 cache keyed by pointer returns stale answers, which the judge then catches when it re-checks
 the outputs of the last timed calls). Runs repeat until the 95% confidence interval of the
 median is within ``target_rel_ci`` or the budget is spent.
@@ -46,7 +46,7 @@ from cuda_agent.results import TimingStats
 
 __all__ = ["TIME_MEANINGS", "L2_FLUSH_BYTES", "PRE_NS_RANGE", "Blocker", "DeviceTimer",
            "Measured", "Rotation", "crosscheck", "device_sample", "load_blocker", "measure",
-           "median_ci", "pre_block_ns", "stats"]
+           "median_ci", "pre_block_ns", "stats", "worker_stats"]
 
 _COMMON = ("L2 flushed before each call on CUDA; inputs rotated between two buffers refilled "
            "with new contents before every call; median with a 95% confidence interval")
@@ -76,15 +76,23 @@ def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
     return ordered[lo], ordered[hi]
 
 
-def stats(samples: Sequence[float]) -> TimingStats:
+def stats(samples: Sequence[float], left_out: int = 0) -> TimingStats:
     lo, hi = median_ci(samples)
     quart = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
     return TimingStats(statistics.median(samples), min(samples), max(samples),
-                       statistics.fmean(samples), len(samples), lo, hi, quart[2] - quart[0])
+                       statistics.fmean(samples), len(samples), lo, hi, quart[2] - quart[0],
+                       left_out)
+
+
+def worker_stats(result: dict[str, Any]) -> TimingStats:
+    """The statistics of a worker's raw samples (computed in the judge's process)."""
+    details = result.get("timing_details") or {}
+    return stats(result["samples_ms"], int(details.get("disturbed", 0) or 0))
 
 
 class Rotation:
-    """Two input buffers refilled before every call with contents never used before.
+    """Input buffers (two unless more are added) refilled before every call with contents
+    never used before.
 
     ``variant(j)`` makes input set ``j``: sets 0..``checked``-1 are the ones whose outputs
     the judge re-checks (the last timed calls use them); every other call gets a fresh set
@@ -102,7 +110,7 @@ class Rotation:
     def prepare(self, index: int | None = None) -> tuple[list[Any], int]:
         """Fill the next buffer with set ``index`` (default: a fresh one)."""
         k = self.checked + self.calls if index is None else index
-        buffer = self.buffers[self.calls % 2]
+        buffer = self.buffers[self.calls % len(self.buffers)]
         self.calls += 1
         with torch.no_grad():
             for dst, src in zip(buffer, self.variant(k), strict=True):
@@ -143,12 +151,14 @@ def _warm_up(fn: Callable[..., Any], rotation: Rotation, cuda: bool, calls: int,
 def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: int = 3,
             min_runs: int = 10, max_runs: int = 500, budget_s: float = 3.0,
             target_rel_ci: float = 0.005, audit: Callable[[list[Any]], None] | None = None,
-            blocker: Blocker | None = None, warmup_s: float = 0.2) -> Measured:
+            blocker: Blocker | None = None, warmup_s: float = 0.2,
+            watch: Callable[[], None] | None = None) -> Measured:
     """Time ``fn`` over rotated inputs: the samples (ms), and the outputs of the two final
     calls, made on the checked input sets, with their set index.
 
     With a ``blocker`` on CUDA the samples mean ``device`` time, otherwise ``wall`` time.
-    ``audit``, if given, is called on every fourth set of inputs in an untimed extra call.
+    ``audit``, if given, is called on every fourth set of inputs in an untimed extra call;
+    ``watch`` after every timed call, once its time is taken (it raises to stop the run).
     """
     cuda = device.startswith("cuda")
     flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
@@ -173,6 +183,8 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
             if cuda:
                 _cuda_sync()
             samples.append((_clock() - start) * 1e3)
+        if watch is not None:
+            watch()
         if index is not None:
             last.append((k, out))
 
@@ -189,16 +201,20 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
                 audit(rotation.prepare()[0])
             timed(None)
             if count() >= min_runs and (timer is None or timer.probed()):
-                result = stats(timer.samples() if timer is not None else samples)
-                if result.rel_ci <= target_rel_ci or _clock() > deadline:
+                counted = timer.samples() if timer is not None else samples
+                tight = len(counted) >= min_runs and stats(counted).rel_ci <= target_rel_ci
+                if tight or _clock() > deadline:
                     break
         for index in range(rotation.checked):
             timed(index)
     if timer is None:
         return Measured(samples, last, "wall")
-    final = timer.samples()
-    outside = [sample - row[0] for sample, row in zip(final, timer.rows, strict=True)]
+    final, kept = timer.samples(), timer.kept()
+    rows = [row for row, keep in zip(timer.rows, kept, strict=True) if keep]
+    outside = [sample - row[0] for sample, row in zip(final, rows, strict=True)]
     details = {"pre_ns": timer.pre_ns, "post_ns": POST_NS, "busy_ns": BUSY_NS,
+               "disturbed": len(kept) - len(rows),
+               "flush_ms_median": statistics.median(timer.flush_ms or [0.0]),
                "post_ref_ms": timer.post_ref_ms, "idle_residual_ms": timer.idle_ref_ms(),
                "idle_calibration_ms": timer.idle_ms, "idle_probes": len(timer.idle),
                "host_ms": statistics.median(host or [0.0]),

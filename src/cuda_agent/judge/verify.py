@@ -11,7 +11,7 @@ from cuda_agent.judge.compare import compare_trials, precision_budget
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import WorkerOutcome
-from cuda_agent.judge.timing import TIME_MEANINGS, stats
+from cuda_agent.judge.timing import TIME_MEANINGS, worker_stats
 
 # element-wise tolerance of a declared lower precision (atol, rtol)
 PRECISION_TOLERANCE = {"tf32": (5e-3, 5e-3), "bf16": (5e-2, 5e-2), "fp16": (1e-2, 1e-2)}
@@ -67,7 +67,7 @@ def check_timing(verdict: Verdict, cand: WorkerOutcome, base: Baselines,
                                    f"(results reused across calls?): {check.reasons[0]}")
             return
     # statistics are computed here, from the raw samples, not in the candidate's process
-    measured = stats(cand.result["samples_ms"])
+    measured = worker_stats(cand.result)
     meaning = cand.result.get("time_meaning", "wall")
     if meaning != base.meaning or meaning not in TIME_MEANINGS:
         verdict.correct = False

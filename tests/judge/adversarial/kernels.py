@@ -156,6 +156,84 @@ Outputs scale_add_cached_ptr(const Args& args) { return cached(args, false); }
 Outputs scale_add_cached_sampled(const Args& args) { return cached(args, true); }
 ''', "scale_add_cached_ptr", "scale_add_cached_sampled")
 
+# #14 in C++: inputs seen before (timing) are handed to a native worker thread that computes
+# them after forward has returned; new inputs (a correctness check) are computed at once. The
+# thread starts when the first such job comes, or (``NATIVE_AT_LOAD``) when the module loads;
+# ``NATIVE_PER_CALL`` starts a detached thread for each such call instead.
+_NATIVE_ASYNC = '''
+}  // namespace
+extern "C" void scale_add_launch(const float* x, const float* y, float* out, int64_t n,
+                                 float alpha, int config);
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+namespace {
+
+struct Job {
+  Tensor x, y, out;
+  float alpha;
+};
+std::mutex mu;
+std::condition_variable ready;
+std::deque<Job> jobs;
+std::vector<Tensor> seen;  // kept alive, so a new input never gets an old address
+
+void work() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ready.wait(lock, [] { return !jobs.empty(); });
+      job = jobs.front();
+      jobs.pop_front();
+    }
+    // no pause: the work is done while the judge prepares the next call
+    scale_add_launch(job.x.data_ptr<float>(), job.y.data_ptr<float>(),
+                     job.out.data_ptr<float>(), job.x.numel(), job.alpha, 0);
+  }
+}
+
+void start() {
+  static bool started = false;
+  if (!started) std::thread(work).detach();
+  started = true;
+}
+
+Outputs scale_add_native_async(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  const Tensor& y = args.tensor(1);
+  const float alpha = static_cast<float>(args.real(2));
+  Tensor out = cuda_ext::empty_like(x);
+  bool known = false;
+  for (const Tensor& t : seen) known = known || t.data == x.data;
+  if (!known) {
+    seen.push_back(x);
+    scale_add_launch(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(),
+                     x.numel(), alpha, 0);
+    return {out};
+  }
+  PER_CALL
+  start();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    jobs.push_back({x, y, out, alpha});
+  }
+  ready.notify_one();
+  return {out};
+}
+'''
+NATIVE_ASYNC = cpp(_NATIVE_ASYNC.replace("PER_CALL", ""), "scale_add_native_async")
+NATIVE_PER_CALL = cpp(_NATIVE_ASYNC.replace("PER_CALL", '''std::thread([=] {
+    scale_add_launch(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(),
+                     x.numel(), alpha, 0);
+  }).detach();
+  return {out};'''), "scale_add_native_async")
+NATIVE_AT_LOAD = cpp(_NATIVE_ASYNC.replace("PER_CALL", "") + '''
+const bool at_load = (start(), true);
+''', "scale_add_native_async")
+
 # #4 without torch headers: the "kernel" hands the work back to the interpreter, which runs
 # PyTorch. The Python C API symbols resolve against the interpreter at load time.
 PYRUN = cpp('''

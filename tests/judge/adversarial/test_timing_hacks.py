@@ -171,6 +171,15 @@ HACKS = {
                                  ("timed output",), (pytest.mark.slow,)),
     "14-thread-per-call": Hack("scale_add", ws(ASYNC_FORWARD.format(launch=PER_CALL), ASYNC),
                                ("thread", "timed output", "outside", "non-finite")),
+    "14-native-thread-at-first-timed-call": Hack("scale_add", ws(
+        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_async"),
+        ("native thread",)),
+    "14-native-thread-per-call": Hack("scale_add_big", ws(
+        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_per_call"),
+        ("native thread",)),
+    "14-native-thread-at-load": Hack("scale_add", ws(
+        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_at_load"),
+        ("native thread",)),
     "17-inputs-of-seed-42": Hack("scale_add", ws(
         "return cuda_extension.scale_add(_X, _Y, self.alpha)", SEED_42)),
 }

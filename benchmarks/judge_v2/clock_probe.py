@@ -1,0 +1,200 @@
+"""Does the SM clock, or where memory lands, explain why device time differs from one process
+to the next? (GPU probe.)
+
+For each target of ``timing_probe`` and each warm-up length, start fresh processes; each
+warms up like the judge (untimed calls for ``--warmup-s`` seconds), then times ``--blocks``
+blocks of calls with the judge-v6 protocol (the GPU kept busy while the host prepares each
+call; ``main`` = elapsed(ev0, ev1)), reading the SM clock before each block
+(``torch.cuda._sleep`` cycles over event time, and NVML's SM clock where ``pynvml`` or
+``libnvidia-ml`` is there). It prints per target and warm-up: each process's median time and
+clock, the spread of the medians ((max - min) / median), the spread after scaling each
+median by its process's clock (what the spread would be if the clock were the only cause),
+and the correlation of block medians with block clocks inside processes.
+
+``--variants`` changes where memory lands: ``base`` (the judge's two input buffers, outputs
+freed after each call), ``spread`` (8 input buffers, the last 6 outputs kept alive, so
+outputs and intermediates cycle through other blocks), ``jitter`` (a tensor of random size,
+0-64 MiB in 2 MiB steps, allocated before each call and freed after it, so the caching
+allocator places the call's memory elsewhere each time). Run on the GPU machine from the
+repository root:
+
+    PYTHONPATH=src python3 benchmarks/judge_v2/clock_probe.py --kernelbench KB.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def _nvml_clock() -> Any:
+    """A function returning NVML's current SM clock (MHz) of GPU 0, or None."""
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        handle = ctypes.c_void_p()
+        if lib.nvmlInit_v2() or lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(handle)):
+            return None
+    except OSError:
+        return None
+
+    def read() -> tuple[float | None, int | None]:
+        """The SM clock (MHz) and the clock-event reasons bitmask (power, thermal, ...)."""
+        mhz, reasons = ctypes.c_uint(), ctypes.c_ulonglong()
+        clock = None if lib.nvmlDeviceGetClockInfo(handle, 1, ctypes.byref(mhz)) else mhz.value
+        why = None if lib.nvmlDeviceGetCurrentClocksThrottleReasons(
+            handle, ctypes.byref(reasons)) else reasons.value
+        return clock, why
+
+    return read
+
+
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from blocker_probe import _clock_mhz, loaded
+
+    from cuda_agent.judge import timing
+    from cuda_agent.judge.worker import make_inputs
+
+    ns, model, ext = loaded(spec)
+    timer = timing.DeviceTimer(timing.load_blocker(ext))
+    variant = spec.get("variant", "base")
+    rotation = timing.Rotation(lambda k: make_inputs(ns, 1000 + k, "cuda"), 2)
+    if variant == "spread":
+        rotation.buffers += [[x.clone() for x in rotation.buffers[0]] for _ in range(6)]
+    flush = torch.empty(timing.L2_FLUSH_BYTES // 4, device="cuda")
+    nvml = _nvml_clock()
+    blocks: list[dict[str, Any]] = []
+    kept: list[Any] = []
+    pairs: list[tuple[float, float]] = []
+    rng = __import__("random").Random()
+
+    def call(inputs: list[Any]) -> float:
+        spacer = torch.empty(rng.randrange(33) * (1 << 19), device="cuda") \
+            if variant == "jitter" else None
+        out, main = timer.call(model, inputs)[:2]
+        if variant == "spread":
+            kept.append(out)
+            del kept[:-6]
+        del spacer
+        return main
+
+    with torch.no_grad():
+        host = timing._warm_up(model, rotation, True, 3, spec["warmup_s"])
+        timer.calibrate(statistics.median(host))
+        for _ in range(spec["blocks"]):
+            clock = _clock_mhz(torch, 400_000)
+            nv, why = nvml() if nvml else (None, None)
+            main, flushes = [], []
+            for _ in range(spec["calls"]):
+                inputs, flush_ms = _prepare(torch, timer, rotation, flush)
+                main.append(call(inputs))
+                flushes.append(flush_ms)
+                pairs.append((flush_ms, main[-1]))
+            blocks.append({"clock": clock, "nvml": nv, "reasons": why,
+                           "main": statistics.median(main),
+                           "flush": statistics.median(flushes)})
+    return {"blocks": blocks, "main": statistics.median(b["main"] for b in blocks),
+            "corr_flush_main": _corr([a for a, _ in pairs], [b for _, b in pairs]),
+            "clock": statistics.median(b["clock"] for b in blocks)}
+
+
+def _prepare(torch: Any, timer: Any, rotation: Any, flush: Any) -> tuple[list[Any], float]:
+    """``DeviceTimer.prepare`` with the L2 flush timed by events (ms)."""
+    from cuda_agent.judge.device_timer import BUSY_NS
+
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    timer.blocker.block(BUSY_NS)
+    inputs, _ = rotation.prepare(None)
+    a.record()
+    flush.zero_()
+    b.record()
+    torch.cuda.synchronize()
+    return inputs, a.elapsed_time(b)
+
+
+def _corr(xs: list[float], ys: list[float]) -> float:
+    if len(xs) < 3 or statistics.pstdev(xs) == 0 or statistics.pstdev(ys) == 0:
+        return float("nan")
+    return statistics.correlation(xs, ys)
+
+
+def _spread(values: list[float]) -> float:
+    return (max(values) - min(values)) / statistics.median(values) * 100
+
+
+def main() -> int:
+    from blocker_probe import probe_args, run_child, selected
+
+    parser = argparse.ArgumentParser()
+    probe_args(parser)
+    parser.add_argument("--blocks", type=int, default=8)
+    parser.add_argument("--calls", type=int, default=40)
+    parser.add_argument("--warmup-s", default="0.2", help="comma-separated seconds")
+    parser.add_argument("--variants", default="base", help="base, spread, jitter (comma list)")
+    args = parser.parse_args()
+    if args.child:
+        return run_child(args, child)
+    found, blocker_ext = selected(args)
+    report: dict[str, Any] = {}
+    for name, spec in found:
+        ways = [(float(w), v) for w in args.warmup_s.split(",") for v in args.variants.split(",")]
+        found_runs: dict[tuple[float, str], list[dict[str, Any]]] = {way: [] for way in ways}
+        for _ in range(args.processes):  # the ways interleaved, so drift hits all alike
+            for warmup, variant in ways:
+                spec.update(calls=args.calls, blocks=args.blocks, warmup_s=warmup,
+                            blocker_ext=blocker_ext, variant=variant)
+                path = Path(f"/tmp/clkprobe_{abs(hash(name))}.json")
+                path.write_text(json.dumps(spec))
+                done = subprocess.run([sys.executable, __file__, "--child", str(path)],
+                                      capture_output=True, text=True, timeout=300)
+                if done.returncode:
+                    print(name, variant, "failed:", done.stderr[-600:], flush=True)
+                    continue
+                found_runs[(warmup, variant)].append(
+                    json.loads(done.stdout.strip().splitlines()[-1]))
+        for (warmup, variant), runs in found_runs.items():
+            report[f"{name} warm-up {warmup} {variant}"] = runs
+            if len(runs) < 2:
+                continue
+            mains, clocks = [r["main"] for r in runs], [r["clock"] for r in runs]
+            scaled = [m * c / statistics.median(clocks) for m, c in zip(mains, clocks, strict=True)]
+            inside = [_corr([b["clock"] for b in r["blocks"]], [b["main"] for b in r["blocks"]])
+                      for r in runs]
+            nv = [[b["nvml"] for b in r["blocks"]] for r in runs]
+            print(f"== {name}, warm-up {warmup} s, {variant}", flush=True)
+            print(f"  medians ms   {' '.join(f'{m:.5f}' for m in mains)}  spread "
+                  f"{_spread(mains):.2f}%")
+            print(f"  clocks MHz   {' '.join(f'{c:.0f}' for c in clocks)}  spread "
+                  f"{_spread(clocks):.2f}%; corr(time, clock) across processes "
+                  f"{_corr(clocks, mains):+.2f}")
+            print(f"  time x clock spread {_spread(scaled):.2f}%  (clock-scaled medians)")
+            print(f"  within-process corr(block time, block clock): "
+                  f"{' '.join(f'{c:+.2f}' for c in inside)}")
+            print("  per-call corr(flush time, call time): "
+                  + " ".join(f"{r['corr_flush_main']:+.2f}" for r in runs))
+            for r in runs:
+                ms = [b["main"] for b in r["blocks"]]
+                if max(ms) / min(ms) > 1.02:
+                    print(f"  slow blocks: main {[round(m, 5) for m in ms]} flush "
+                          f"{[round(b['flush'], 4) for b in r['blocks']]} NVML reasons "
+                          f"{[b['reasons'] for b in r['blocks']]}")
+            seen = [c for row in nv for c in row if c is not None]
+            print(f"  NVML SM clock over all blocks: {min(seen, default=None)}-"
+                  f"{max(seen, default=None)} MHz", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

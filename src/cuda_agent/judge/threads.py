@@ -1,0 +1,70 @@
+"""Native threads in the candidate's process: none that candidate code starts may outlive it.
+
+Work handed to a thread finishes outside the timed call, where no clock sees it. Python
+threads are refused by name (``roles.candidate``, ``guard``); this module watches the
+operating system's view, which also sees threads started from C++ or CUDA host code: the
+process's threads are listed (``/proc/self/task``) once the worker is settled, before any
+candidate code runs, and again after loading, after every checked call and after every
+timed call. A thread that is new and still alive at one of those points is refused.
+
+The pools a candidate may use without starting threads exist before that first listing:
+PyTorch's OpenMP pool (shared with the extension's ``#pragma omp``: one ``libgomp.so.1``),
+and on CUDA the driver's own threads. A team larger than the pool starts threads and is
+refused with the pool's size in the message.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+TASKS = Path("/proc/self/task")
+
+
+def native_threads() -> set[str]:
+    """The thread ids of this process (empty where ``/proc`` is not available)."""
+    try:
+        return set(os.listdir(TASKS))
+    except OSError:
+        return set()
+
+
+def _name(tid: str) -> str:
+    try:
+        return (TASKS / tid / "comm").read_text().strip() or tid
+    except OSError:
+        return tid
+
+
+class ThreadWatch:
+    """The threads present before candidate code ran, and the check against them."""
+
+    def __init__(self, known: set[str], pool: int):
+        self.known = known
+        self.pool = pool
+
+    @classmethod
+    def settle(cls, device: str) -> ThreadWatch:
+        """Start what lazily starts threads (the CUDA context, the OpenMP pool), then list."""
+        if device.startswith("cuda"):
+            torch.zeros(1, device=device).add_(1)
+            torch.cuda.synchronize()
+        # a parallel fill makes the OpenMP pool exist (at::parallel_for past its grain)
+        torch.ones(1 << 20).add_(1)
+        return cls(native_threads(), torch.get_num_threads())
+
+    def started(self) -> list[str]:
+        """Names of the threads alive now that were not there when the watch settled."""
+        return [_name(tid) for tid in sorted(native_threads() - self.known)]
+
+    def problem(self, when: str) -> str | None:
+        """A message naming the candidate's threads still alive ``when``, or None."""
+        new = self.started()
+        if not new:
+            return None
+        shown = ", ".join(new[:3]) + (", ..." if len(new) > 3 else "")
+        return (f"the candidate started {len(new)} native thread(s) still running {when} "
+                f"({shown}): not allowed, all work must finish inside forward (an OpenMP "
+                f"team may use at most the {self.pool} thread(s) of the existing pool)")
