@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -126,7 +125,6 @@ class ForwardGuard:
         """Call ``model(*inputs)`` under the trace; return its result and the problems."""
         self.produced.clear()
         self.calls = 0
-        threads_before = set(threading.enumerate())
         input_keys = {_storage_key(x) for x in inputs if isinstance(x, torch.Tensor)}
         trace = _Trace(self.poison_fresh)
         saved = {name: getattr(torch.Tensor, name) for name in DATA_ESCAPES}
@@ -168,10 +166,6 @@ class ForwardGuard:
             if key not in self.produced or (key in input_keys and self.calls == 0):
                 problems.append(f"output {k} was not produced by a custom kernel "
                                 "(it does not come from a cuda_extension call)")
-        leftover = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
-        if leftover:
-            problems.append(f"forward left {len(leftover)} thread(s) running "
-                            f"({', '.join(t.name for t in leftover[:3])})")
         return result, problems
 
 

@@ -292,7 +292,8 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         for k, (a, b) in enumerate(zip(inputs, before, strict=True)):
             if isinstance(a, torch.Tensor) and not torch.equal(a, b):
                 problems.append(f"input {k} was modified by forward()")
-        problems += filter(None, [threads.problem("after forward returned")])
+        if problem := threads.problem("after forward returned"):
+            problems.append(problem)
         if problems:
             raise StageError(stage, "; ".join(problems))
         return outputs

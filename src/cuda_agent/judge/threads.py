@@ -1,11 +1,12 @@
 """Native threads in the candidate's process: none that candidate code starts may outlive it.
 
-Work handed to a thread finishes outside the timed call, where no clock sees it. Python
-threads are refused by name (``roles.candidate``, ``guard``); this module watches the
-operating system's view, which also sees threads started from C++ or CUDA host code: the
-process's threads are listed (``/proc/self/task``) once the worker is settled, before any
-candidate code runs, and again after loading, after every checked call and after every
-timed call. A thread that is new and still alive at one of those points is refused.
+Work handed to a thread finishes outside the timed call, where no clock sees it. A Python
+thread running once the candidate is loaded is refused by ``roles.candidate``; this module
+watches the operating system's view, which sees Python threads (named as Python names them)
+and threads started from C++ or CUDA host code alike: the process's threads are listed
+(``/proc/self/task``) once the worker is settled, before any candidate code runs, and again
+after loading, after every checked call and after every timed call. A thread that is new
+and still alive at one of those points is refused.
 
 The pools a candidate may use without starting threads exist before that first listing:
 PyTorch's OpenMP pool (shared with the extension's ``#pragma omp``: one ``libgomp.so.1``),
@@ -16,6 +17,7 @@ refused with the pool's size in the message.
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import torch
@@ -32,6 +34,10 @@ def native_threads() -> set[str]:
 
 
 def _name(tid: str) -> str:
+    """A Python thread's own name, else the operating system's (``comm``)."""
+    for thread in threading.enumerate():
+        if str(thread.native_id) == tid:
+            return thread.name
     try:
         return (TASKS / tid / "comm").read_text().strip() or tid
     except OSError:
