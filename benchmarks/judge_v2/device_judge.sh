@@ -10,6 +10,9 @@
 #   bash benchmarks/judge_v2/device_judge.sh v7 OUT_DIR      # CUDA hacks (native threads
 #        included), device timing, end-to-end and split-nvcc tests; split probe; latency
 #   bash benchmarks/judge_v2/device_judge.sh clock OUT_DIR   # per-process time against SM clock
+#   bash benchmarks/judge_v2/device_judge.sh v8 OUT_DIR      # private-stream probe, (STEPS=1:
+#        build steps and linkers), device timing, CUDA hack and e2e tests, latency, (FIDELITY_S=
+#        seconds [SPIN=n]: fidelity)
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -66,6 +69,31 @@ clock)
     --only "${ONLY:-1/12,calibrated}" --processes "${PROCESSES:-5}" \
     --warmup-s "${WARMUPS:-0.2}" --variants "${VARIANTS:-base}" --json "$OUT/clock.json" 2>&1 | grep -v Warning \
     | tee "$OUT/clock.txt"
+  ;;
+v8)
+  echo "== private-stream work, call by call"
+  timeout 100 python3 benchmarks/judge_v2/side_stream_probe.py --calls 300 2>&1 \
+    | grep -v Warning | tee "$OUT/side_stream.txt"
+  if [ -n "${STEPS:-}" ]; then
+    echo "== build steps and linkers"
+    timeout 110 python3 benchmarks/build/build_steps_probe.py --ids 12,40 --iters 3 2>&1 \
+      | tee "$OUT/build_steps.txt"
+  fi
+  echo "== device timing, CUDA hack and end-to-end tests"
+  timeout 200 python3 -m pytest -q -m gpu tests/judge/test_timing_gpu.py \
+    tests/judge/adversarial/test_cuda_hacks.py tests/gpu/test_cuda_e2e.py -p no:cacheprovider \
+    --timeout 120 -rfEsxX 2>&1 | grep -E "^E  |passed|failed|^FAILED|^XPASS" | head -30 \
+    | tee "$OUT/timing_tests.txt"
+  echo "== latency, every phase"
+  timeout 110 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 12,40 \
+    --iters "${ITERS:-4}" 2>&1 | grep -v Warning | grep -E "iter|median|^   (build|candidate|compare) " \
+    | tee "$OUT/latency.txt"
+  if [ -n "${FIDELITY_S:-}" ]; then
+    echo "== fidelity"
+    timeout $((FIDELITY_S + 20)) python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT" \
+      --kernelbench "$KB" --parts fidelity --budget-s "$FIDELITY_S" ${SPIN:+--spin $SPIN} 2>&1 \
+      | grep -v Warning | tail -30
+  fi
   ;;
 cuda-hacks)
   timeout 200 python3 -m pytest -q -m gpu tests/judge/adversarial/test_cuda_hacks.py \

@@ -48,6 +48,11 @@ def test_honest_workspace_is_correct_and_timed(scale_add_task: Path, workspace: 
     assert "device-wide synchronisations" in result.time_meaning
     assert result.eager_timing is not None and result.eager_timing.runs >= 5
     assert "reward capped at 2" in " ".join(result.reasons)
+    phases = dict(result.phases)  # the worker's stages, the last one and timing's parts too
+    for name in ("candidate.timing", "candidate.crosscheck", "candidate.timing.warmup",
+                 "candidate.timing.timed"):
+        assert phases[name] > 0.0, (name, phases)
+    assert phases["candidate.timing.timed"] < phases["candidate.timing"]
 
 
 @pytest.mark.slow

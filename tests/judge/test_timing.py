@@ -97,6 +97,29 @@ def test_load_blocker():
     assert isinstance(blocker, Blocker) and blocker.info == info
     blocker.block(1500.0)
     assert calls == [1500] and isinstance(calls[0], int)
+    assert not blocker.gate  # the module has no _gate_arm/_gate_open
+    gated: list[tuple] = []
+    module = SimpleNamespace(_block_device=calls.append, _blocker_info=lambda: {**info,
+                                                                               "gate": True},
+                             _gate_arm=lambda *args: gated.append(("arm", *args)),
+                             _gate_open=lambda: gated.append(("open",)),
+                             _gate_close=lambda ns: gated.append(("close", ns)),
+                             _post_spread=lambda: 2500)
+    blocker = load_blocker(module)
+    assert blocker.gate
+    blocker.arm(5e4, SimpleNamespace(cuda_stream=1234))
+    blocker.open()
+    blocker.close(2e4)
+    assert gated == [("arm", 50000, 1234), ("open",), ("close", 20000)]
+    assert blocker.post_spread_ms() == 0.0025
+    module._post_spread = lambda: -1  # nothing reported
+    assert load_blocker(module).post_spread_ms() is None
+    del module._post_spread  # an older fixed layer: no gate
+    assert not load_blocker(module).gate
+    with pytest.raises(RuntimeError, match="no gate"):
+        load_blocker(module).arm(1000, SimpleNamespace(cuda_stream=1))
+    module._blocker_info = lambda: {**info, "gate": False}  # the driver lacks the operations
+    assert not load_blocker(module).gate
 
 
 def test_meanings_are_explicit():
@@ -118,7 +141,8 @@ def test_measure_on_cpu_is_wall_time_and_ignores_a_blocker():
     unused = Blocker(lambda ns: pytest.fail("the blocker is for CUDA only"), {"full": True})
     result = measure(fn, rotation, "cpu", warmup=2, min_runs=8, max_runs=8, budget_s=1.0,
                      audit=audited.append, blocker=unused)
-    assert isinstance(result, Measured) and result.meaning == "wall" and result.details == {}
+    assert isinstance(result, Measured) and result.meaning == "wall"
+    assert set(result.details) == {"warmup_seconds", "timed_seconds"}  # no device terms
     assert len(result.samples) == 8 + 2 and all(s > 0 for s in result.samples)
     assert [k for k, _ in result.last] == [0, 1]
     for k, out in result.last:
@@ -158,3 +182,18 @@ def test_worker_stats_carry_the_calls_left_out():
     result = {"samples_ms": [0.1, 0.2, 0.3], "timing_details": {"disturbed": 4}}
     assert timing.worker_stats(result).left_out == 4
     assert timing.worker_stats({"samples_ms": [0.1]}).left_out == 0
+
+
+def test_unjoined_calls_are_counted_and_fail_the_verdict():
+    from cuda_agent.judge.record import Verdict
+    from cuda_agent.judge.verify import _unjoined
+
+    timer = DeviceTimer(Blocker(lambda ns: None, {"full": True}))
+    assert timer.unjoined() == 0  # no gate: nothing to count
+    timer.spread_ref_ms, timer.spreads = 0.002, [0.002, 0.0049, 0.0051, 0.9]
+    assert timer.unjoined() == 2  # over the idle spread by more than UNJOINED_MARGIN_MS
+    verdict = Verdict(None, "cuda", 0)
+    assert not _unjoined(verdict, {"unjoined": 1, "calls": 10}) and not verdict.reasons
+    assert not _unjoined(verdict, {})  # wall time, or no gate
+    assert _unjoined(verdict, {"unjoined": 2, "calls": 10}) and not verdict.correct
+    assert "another stream" in verdict.reasons[0] and "wait_stream" in verdict.reasons[0]

@@ -5,6 +5,7 @@ plain events, and work hidden on other streams still counts. Run on a GPU machin
 from __future__ import annotations
 
 import statistics
+import time
 
 import pytest
 import torch
@@ -34,16 +35,16 @@ def blocker() -> Blocker:
     return found
 
 
-def rotation() -> Rotation:
+def rotation(n: int = N) -> Rotation:
     def variant(k: int) -> list[torch.Tensor]:
         gen = torch.Generator(device="cuda").manual_seed(1000 + k)
-        return [torch.randn(N, device="cuda", generator=gen)]
+        return [torch.randn(n, device="cuda", generator=gen)]
 
     return Rotation(variant, 2)
 
 
-def median_ms(fn, blocker: Blocker | None, **options) -> float:
-    result = measure(fn, rotation(), "cuda", blocker=blocker, **OPTIONS, **options)
+def median_ms(fn, blocker: Blocker | None, n: int = N, **options) -> float:
+    result = measure(fn, rotation(n), "cuda", blocker=blocker, **OPTIONS, **options)
     assert result.meaning == ("device" if blocker else "wall")
     return stats(result.samples).median_ms
 
@@ -88,6 +89,25 @@ def test_blocker_holds_back_other_streams(blocker: Blocker):
     assert begin.elapsed_time(other) >= 0.95
 
 
+def test_gate_holds_every_stream_until_the_start_event(blocker: Blocker):
+    assert blocker.gate, blocker.info
+    side, own = torch.cuda.Stream(), torch.cuda.Stream()
+    x = torch.ones(1024, device="cuda")
+    begin, start, other = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    torch.cuda.synchronize()
+    begin.record()
+    blocker.arm(1_000_000, own)
+    time.sleep(0.0002)  # the holder is resident
+    with torch.cuda.stream(side):
+        x.add_(1)  # queued while the gate is shut, on a stream that does not wait for ours
+        other.record()
+    start.record()
+    blocker.open()
+    torch.cuda.synchronize()
+    assert 0.95 <= begin.elapsed_time(start) <= 1.2  # the calling stream waited for the holder
+    assert 0 <= start.elapsed_time(other) <= 0.05  # released at the start event, not before
+
+
 def test_honest_kernel_device_time(blocker: Blocker):
     result = measure(torch.sin, rotation(), "cuda", blocker=blocker, **OPTIONS)
     assert result.meaning == "device"
@@ -109,6 +129,37 @@ def test_private_stream_not_joined_still_counts(blocker: Blocker):
 
     honest = median_ms(torch.sin, blocker)
     assert median_ms(hostile, blocker) >= 0.8 * honest
+
+
+def test_unjoined_private_stream_is_seen_or_still_timed(blocker: Blocker):
+    side = torch.cuda.Stream()
+
+    def hostile(x: torch.Tensor) -> torch.Tensor:
+        with torch.cuda.stream(side):
+            return torch.sin(x)
+
+    big = measure(hostile, rotation(N), "cuda", blocker=blocker, **OPTIONS).details
+    assert big["gate"] and big["unjoined"] >= 0.9 * big["calls"], big  # 0.1 ms: every call
+    for n in (N, 1 << 21):
+        honest = measure(torch.sin, rotation(n), "cuda", blocker=blocker, **OPTIONS)
+        assert honest.details["unjoined"] <= 0.02 * honest.details["calls"], honest.details
+    # 2M floats (10 us) ends too soon after the calling stream to be seen (docs/judge.md,
+    # Limits); judge-v8 times it at about 70% of honest, judge-v7 at 25%
+    assert median_ms(hostile, blocker, 1 << 21) >= 0.6 * median_ms(torch.sin, blocker, 1 << 21)
+
+
+def test_side_stream_joined_at_the_end_gains_no_head_start(blocker: Blocker):
+    side, n = torch.cuda.Stream(), 1 << 21  # sin over 2M floats: about 12 us on an H100
+
+    def early(x: torch.Tensor) -> torch.Tensor:
+        with torch.cuda.stream(side):
+            y = torch.sin(x)
+        torch.cuda.current_stream().wait_stream(side)
+        return y
+
+    # a blocker on the calling stream before ev0 (judge-v7) let work on another stream start
+    # about 8 us before ev0: sin over 2M floats, 12 us, was timed at 1.6 us unjoined
+    assert median_ms(early, blocker, n) >= 0.9 * median_ms(torch.sin, blocker, n)
 
 
 def test_side_stream_cannot_overlap_the_flush(blocker: Blocker):

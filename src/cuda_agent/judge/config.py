@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v7"
+JUDGE_VERSION = "judge-v8"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -35,6 +35,11 @@ History:
   still alive once it is loaded, after a checked or timed call, or after timing fail the
   judgement, like Python threads (``judge.threads``); on CUDA a timed call whose L2 flush
   ran more than 5% slower than the run's usual flush is left out (a disturbed device).
+- judge-v8: on CUDA a timed call starts through a gate (a holder of every SM on the judge's
+  own stream, released by the calling stream right after the start event), so no kernel on
+  any stream starts before that event; the post runs on the judge's stream behind an event
+  of the calling stream and notes its block starts; a candidate whose forward returned with
+  work still running on another stream, in over 10% of timed calls, is not correct.
 """
 
 

@@ -1,14 +1,21 @@
 """The judge's ``device`` timing protocol on CUDA (``timing.measure`` drives it).
 
-The blocker (``build/judge_timer.cu``, linked into every CUDA module the judge builds) is a
-kernel that fills every thread slot of every SM for a set time; while it runs no other
-kernel, on any stream, can start. Per call, after the inputs are refilled and the L2 cache
-flushed: ``blocker_pre``, event ``ev0``, the call, ``ev1``, ``blocker_post``, ``ev2``; wait
-for ``ev2``, then time a device-wide synchronisation. A sample is elapsed(ev0, ev1) plus how
-much ``blocker_post`` was delayed (work still running after the calling stream is done) plus
-how much the final sync took over the idle reference (work queued later); see
-``device_sample``. A call whose L2 flush, timed just before it with no candidate code on the
-GPU, ran markedly slower than the run's usual flush is left out (``undisturbed``).
+The fixed layer's device timer (``build/judge_timer.cu``, linked into every CUDA module the
+judge builds) has kernels that fill every thread slot of every SM, so that while they run no
+other kernel, on any stream, can start. Per call, after the inputs are refilled and the L2
+cache flushed, through the gate (judge-v8): a holder on the timer's own stream fills the GPU
+and the calling stream waits until it has run ``pre_ns``; event ``ev0``; the calling stream
+releases the holder; the call; ``ev1``; the own stream waits for ``ev1``, then runs
+``blocker_post`` (its block starts noted) and ``ev2``; wait for ``ev2``, then time a
+device-wide synchronisation. A sample is elapsed(ev0, ev1)
+plus how much ``blocker_post`` was delayed (work still running after the calling stream is
+done) plus how much the final sync took over the idle reference (work queued later); see
+``device_sample``. A post whose block starts spread wider than on an idle GPU marks a call
+that left work running on another stream (``DeviceTimer.unjoined``; the verdict fails).
+Where the driver lacks the stream memory operations, blockers on the calling stream stand
+before ``ev0`` and after ``ev1`` instead (judge-v7). A call whose L2 flush, timed just
+before it with no candidate code on the GPU, ran markedly slower than the run's usual flush
+is left out (``undisturbed``).
 """
 
 from __future__ import annotations
@@ -36,11 +43,22 @@ throttle change seen by NVML) slowed the flush by 15-25% and the calls with it b
 undisturbed flushes varied by under 1%."""
 DISTURBED_MAX_SHARE = 0.5
 """If more calls than this share are disturbed, none is left out (the device is just slow)."""
+UNJOINED_MARGIN_MS = 0.003
+"""A call left work running on another stream when ``blocker_post``'s block starts spread
+this much wider than on an idle GPU (the calibration's 90th percentile)."""
+GATE = True
+"""Start calls through the gate and end them with a post on the holder's stream, where the
+device has them. Measured on an H100 with blockers on the calling stream instead (judge-v7),
+``ev0`` was recorded about 8 us after ``blocker_pre``'s blocks had freed the SMs and a
+kernel on a private stream ran in that time: ``sin`` over 2M floats (10 us) was timed at
+2.6 us from a private stream, over 32M floats (94 us) at 82 us."""
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
 _record, _elapsed = torch.cuda.Event.record, torch.cuda.Event.elapsed_time
 _event_sync = torch.cuda.Event.synchronize
+_Stream = torch.cuda.Stream
+_wait_event = torch.cuda.Stream.wait_event
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -49,14 +67,51 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 class Blocker:
-    """The judge's full-GPU kernel from the fixed layer (``_block_device``), bound at load."""
+    """The judge's full-GPU kernels from the fixed layer (``_block_device``; where the device
+    has the gate, ``_gate_arm``/``_gate_open`` and ``_post_device``/``_post_spread``), bound
+    at load."""
 
-    def __init__(self, block: Callable[[int], None], info: dict[str, Any]):
+    def __init__(self, block: Callable[[int], None], info: dict[str, Any],
+                 gate: dict[str, Callable[..., Any]] | None = None):
         self._block = block
         self.info = dict(info)
+        self._gate = gate if info.get("gate") else None
 
     def block(self, ns: int) -> None:
         self._block(int(ns))
+
+    @property
+    def gate(self) -> bool:
+        """Whether calls can start through the gate (``arm``, ``open``) and end with a
+        ``post`` that notes its blocks' starts."""
+        return self._gate is not None
+
+    def _op(self, name: str) -> Callable[..., Any]:
+        if self._gate is None:
+            raise RuntimeError("the judge timer has no gate on this device")
+        return self._gate[name]
+
+    def arm(self, ns: int, own_stream: Any) -> None:
+        """Hold every SM from ``own_stream``; the current stream waits ``ns`` for it."""
+        self._op("arm")(int(ns), int(own_stream.cuda_stream))
+
+    def open(self) -> None:
+        """Release the holder from the stream the gate was armed on."""
+        self._op("open")()
+
+    def close(self, ns: int) -> None:
+        """``blocker_post`` for ``ns`` on the holder's stream, noting when each of its blocks
+        started; make that stream wait for the calling stream first."""
+        self._op("close")(int(ns))
+
+    def post_spread_ms(self) -> float | None:
+        """The last ``close``'s first-to-last block start (ms), once it has finished."""
+        spread = int(self._op("spread")())
+        return spread / 1e6 if spread >= 0 else None
+
+
+GATE_OPS = {"arm": "_gate_arm", "open": "_gate_open", "close": "_gate_close",
+            "spread": "_post_spread"}
 
 
 def load_blocker(module: Any) -> Blocker | None:
@@ -69,7 +124,9 @@ def load_blocker(module: Any) -> Blocker | None:
         details = dict(info())
     except Exception:  # no CUDA device, or the device refuses the query
         return None
-    return Blocker(block, details) if details.get("full") else None
+    ops = {key: getattr(module, name, None) for key, name in GATE_OPS.items()}
+    gate = ops if all(callable(op) for op in ops.values()) else None
+    return Blocker(block, details, gate) if details.get("full") else None
 
 
 def undisturbed(flush_ms: list[float]) -> list[bool]:
@@ -94,7 +151,8 @@ def device_sample(main_ms: float, tail_ms: float, residual_ms: float, post_ref_m
 
 
 def pre_block_ns(host_ms: float) -> int:
-    """``blocker_pre``'s length: twice the host time of one call plus 20 us, clamped."""
+    """How long the calling stream waits before ``ev0`` (the gate's holder, or
+    ``blocker_pre``): twice the host time of one call plus 20 us, clamped."""
     low, high = PRE_NS_RANGE
     return int(min(high, max(low, 2 * host_ms * 1e6 + 20_000)))
 
@@ -119,6 +177,10 @@ class DeviceTimer:
         self.flush_ms: list[float] = []  # the flush before each row's call
         self._flush_events: list[Any] = []
         self._last_flush_ms = 0.0
+        self._own: Any = None  # the gate's holder stream, made at the first call
+        self.spreads: list[float] = []  # each row's post spread (ms; with the gate)
+        self.spread_ref_ms: float | None = None
+        self._last_spread: float | None = None
 
     def call(self, fn: Callable[..., Any], inputs: list[Any]
              ) -> tuple[Any, float, float, float]:
@@ -126,28 +188,45 @@ class DeviceTimer:
         if not self.events:
             self.events = [_Event(enable_timing=True) for _ in range(3)]
         ev0, ev1, ev2 = self.events
-        self.blocker.block(self.pre_ns)
-        _record(ev0)
+        if GATE and self.blocker.gate:
+            self._own = self._own or _Stream()  # the holder's stream
+            self.blocker.arm(self.pre_ns, self._own)
+            _record(ev0)
+            self.blocker.open()
+        else:
+            self.blocker.block(self.pre_ns)
+            _record(ev0)
+        gated = GATE and self.blocker.gate
         out = fn(*inputs)
-        _record(ev1)
-        self.blocker.block(POST_NS)
-        _record(ev2)
+        if gated:
+            _record(ev1)
+            _wait_event(self._own, ev1)
+            self.blocker.close(POST_NS)
+            _record(ev2, self._own)
+        else:
+            _record(ev1)
+            self.blocker.block(POST_NS)
+            _record(ev2)
         _event_sync(ev2)
         start = _clock()
         _cuda_sync()
         residual = (_clock() - start) * 1e3
+        self._last_spread = self.blocker.post_spread_ms() if gated else None
         return out, _elapsed(ev0, ev1), _elapsed(ev1, ev2), residual
 
     def calibrate(self, host_ms: float) -> None:
-        """Set ``blocker_pre`` from the call's host time; measure ``blocker_post`` alone and
+        """Set the wait before ``ev0`` from the call's host time; measure ``blocker_post`` alone and
         the device sync on an idle GPU."""
         self.pre_ns = PRE_NS_RANGE[0]
-        tails, residuals = [], []
+        tails, residuals, spreads = [], [], []
         for _ in range(CALIBRATION_CALLS):
             _cuda_sync()
             _, _, tail, residual = self.call(lambda: None, [])
             tails.append(tail)
             residuals.append(residual)
+            if self._last_spread is not None:
+                spreads.append(self._last_spread)
+        self.spread_ref_ms = _percentile(spreads, 0.9) if spreads else None
         # high percentiles, not medians: a one-sided term at the median adds noise to half
         # the samples; not maxima either: one outlier would hide work that delays the tail
         self.post_ref_ms = _percentile(tails, 0.9) + TAIL_SLACK_MS
@@ -175,7 +254,16 @@ class DeviceTimer:
         out, main, tail, residual = self.call(fn, inputs)
         self.rows.append((main, tail, residual))
         self.flush_ms.append(self._last_flush_ms)
+        if self._last_spread is not None:
+            self.spreads.append(self._last_spread)
         return out
+
+    def unjoined(self) -> int:
+        """How many timed calls left work running on another stream after the calling stream
+        was done (their post's block starts spread wider than on an idle GPU)."""
+        if self.spread_ref_ms is None:
+            return 0
+        return sum(s > self.spread_ref_ms + UNJOINED_MARGIN_MS for s in self.spreads)
 
     def kept(self) -> list[bool]:
         """Which rows count (``undisturbed``; all of them when no flush was timed)."""

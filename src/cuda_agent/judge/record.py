@@ -48,6 +48,10 @@ class Verdict:
         marks = sorted(result.get("stage_at", {}).items(), key=lambda item: item[1])
         for (name, at), (_, after) in zip(marks, marks[1:], strict=False):
             self.phases[f"{role}.{name}"] = after - at
+        details = result.get("timing_details") or {}
+        for part in ("warmup", "timed"):  # within the timing stage
+            if isinstance(details.get(f"{part}_seconds"), float):
+                self.phases[f"{role}.timing.{part}"] = details[f"{part}_seconds"]
 
     def fail(self, *reasons: str) -> JudgeResult:
         self.reasons.extend(reasons)

@@ -4,11 +4,12 @@ A time has one of two meanings (``TIME_MEANINGS``; ``Measured.meaning`` says whi
 
 - ``device`` (CUDA with the judge's blocker, ``load_blocker``): device-wide GPU time of one
   call. Per call: inputs refilled, L2 flushed, device-wide sync (GPU idle); then a kernel
-  that holds every SM (``blocker_pre``), event ``ev0``, the call, ``ev1``, a second blocker
-  (``blocker_post``), ``ev2``; wait for ``ev2``, then time a device-wide sync. The call's
-  launches queue behind ``blocker_pre``, so host launch overhead is excluded and no kernel,
-  on any stream, starts before ``ev0``; work still running after ``ev1`` delays
-  ``blocker_post`` and work queued later delays the final sync (``device_sample``).
+  that holds every SM (the gate's holder, ``device_timer``), event ``ev0``, the holder
+  released, the call, ``ev1``, a second full-GPU kernel (``blocker_post``), ``ev2``; wait
+  for ``ev2``, then time a device-wide sync. The call's launches queue while the holder
+  runs, so host launch overhead is excluded and no kernel, on any stream, starts before
+  ``ev0``; work still running after ``ev1`` delays ``blocker_post`` and work queued later
+  delays the final sync (``device_sample``).
 - ``wall`` (CPU, or no blocker): per-call wall time between device-wide synchronisations.
 
 Calls cycle through input buffers whose contents are replaced before every call (a
@@ -52,10 +53,10 @@ _COMMON = ("L2 flushed before each call on CUDA; inputs rotated between two buff
            "with new contents before every call; median with a 95% confidence interval")
 TIME_MEANINGS = {
     "device": ("device-wide GPU time per call: from when the call's work may start (its "
-               "launches queued behind a kernel holding every SM, so host launch overhead is "
-               "excluded) until work on every stream has finished (work outliving the calling "
-               "stream delays a second full-GPU kernel or the final device synchronisation); "
-               + _COMMON),
+               "launches, on any stream, queued while a kernel holds every SM, so host launch "
+               "overhead is excluded) until work on every stream has finished (work outliving "
+               "the calling stream delays a second full-GPU kernel or the final device "
+               "synchronisation); " + _COMMON),
     "wall": ("per-call wall time between device-wide synchronisations (all streams and "
              "threads count); " + _COMMON),
 }
@@ -192,10 +193,12 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
         return len(timer.rows) if timer is not None else len(samples)
 
     with torch.no_grad():
+        began = _clock()
         host = _warm_up(fn, rotation, cuda, warmup, warmup_s)
         if timer is not None:
             timer.calibrate(statistics.median(host) if host else 1e9)
-        deadline = _clock() + budget_s
+        warmed = _clock()
+        deadline = warmed + budget_s
         while count() < max_runs:
             if audit is not None and count() % 4 == 3:
                 audit(rotation.prepare()[0])
@@ -207,17 +210,21 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
                     break
         for index in range(rotation.checked):
             timed(index)
+        spent = {"warmup_seconds": warmed - began, "timed_seconds": _clock() - warmed}
     if timer is None:
-        return Measured(samples, last, "wall")
+        return Measured(samples, last, "wall", dict(spent))
     final, kept = timer.samples(), timer.kept()
     rows = [row for row, keep in zip(timer.rows, kept, strict=True) if keep]
     outside = [sample - row[0] for sample, row in zip(final, rows, strict=True)]
     details = {"pre_ns": timer.pre_ns, "post_ns": POST_NS, "busy_ns": BUSY_NS,
-               "disturbed": len(kept) - len(rows),
+               "calls": len(timer.rows), "disturbed": len(kept) - len(rows),
+               "gate": timer.spread_ref_ms is not None, "unjoined": timer.unjoined(),
+               "spread_ref_ms": timer.spread_ref_ms,
+               "spread_ms_max": max(timer.spreads, default=None),
                "flush_ms_median": statistics.median(timer.flush_ms or [0.0]),
                "post_ref_ms": timer.post_ref_ms, "idle_residual_ms": timer.idle_ref_ms(),
                "idle_calibration_ms": timer.idle_ms, "idle_probes": len(timer.idle),
-               "host_ms": statistics.median(host or [0.0]),
+               "host_ms": statistics.median(host or [0.0]), **spent,
                "outside_ms_median": statistics.median(outside), "blocker": timer.blocker.info}
     return Measured(final, last, "device", details)
 

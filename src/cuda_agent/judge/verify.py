@@ -17,6 +17,8 @@ from cuda_agent.judge.timing import TIME_MEANINGS, worker_stats
 PRECISION_TOLERANCE = {"tf32": (5e-3, 5e-3), "bf16": (5e-2, 5e-2), "fp16": (1e-2, 1e-2)}
 CROSSCHECK_FACTOR = 3.0
 CROSSCHECK_SLACK_MS = 0.05
+UNJOINED_MAX_SHARE = 0.1
+"""More timed calls than this share left work running on another stream: not correct."""
 
 
 def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[list[Any]],
@@ -66,6 +68,8 @@ def check_timing(verdict: Verdict, cand: WorkerOutcome, base: Baselines,
             verdict.reasons.append("timed output differs from the reference for its inputs "
                                    f"(results reused across calls?): {check.reasons[0]}")
             return
+    if _unjoined(verdict, cand.result.get("timing_details") or {}):
+        return
     # statistics are computed here, from the raw samples, not in the candidate's process
     measured = worker_stats(cand.result)
     meaning = cand.result.get("time_meaning", "wall")
@@ -89,6 +93,22 @@ def check_timing(verdict: Verdict, cand: WorkerOutcome, base: Baselines,
                 f"review: {verdict.runtime_ms:.4g} ms is under the memory floor of "
                 f"{floor_ms:.4g} ms ({io_bytes / 1e6:.1f} MB of inputs and outputs at "
                 f"{base.bandwidth_gbs:.0f} GB/s)")
+
+
+def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
+    """Fail a candidate whose forward returned with work still running on another stream
+    (hack 14): a consumer on the calling stream would race with it, and the work itself
+    would escape the time of the calling stream (``device_timer.DeviceTimer.unjoined``)."""
+    unjoined, calls = int(details.get("unjoined") or 0), int(details.get("calls") or 0)
+    if not calls or unjoined <= UNJOINED_MAX_SHARE * calls:
+        return False
+    verdict.correct = False
+    verdict.reasons.append(
+        f"forward returned while work it had launched on another stream was still running "
+        f"({unjoined} of {calls} timed calls): join that stream before returning "
+        "(torch.cuda.current_stream().wait_stream(stream), or cudaStreamWaitEvent in C++); "
+        "a caller reading the outputs on its own stream would race with the work")
+    return True
 
 
 def _crosscheck(verdict: Verdict, cand: WorkerOutcome) -> None:

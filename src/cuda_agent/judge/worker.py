@@ -155,6 +155,7 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
 
             device_pack.receive(job)
         run(job, out, result, mark)
+        result["stage_at"]["done"] = time.time()
         result["ok"] = True
         if job["device"].startswith("cuda"):
             torch.cuda.empty_cache()  # only the output pack stays while the judge copies it

@@ -238,8 +238,8 @@ class ModelNew(nn.Module):
         _seen[id(a)] = a
         return cuda_extension.gemm_side_stream(a, b, wait)
 '''
-NATIVE_THREAD = "import torch.nn as nn\n\nimport cuda_extension\n" + SIDE_STREAM.replace(
-    "gemm_side_stream", "gemm_native_thread")
+PRIVATE_STREAM = "import torch.nn as nn\n\nimport cuda_extension\n" + SIDE_STREAM
+NATIVE_THREAD = PRIVATE_STREAM.replace("gemm_side_stream", "gemm_native_thread")
 
 
 def gemm_ws(call: str):
@@ -272,6 +272,8 @@ HACKS = {
         "cuda_extension.gemm_cached(inputs[0], inputs[1])"), ("timed output",)),
     "14-native-thread": Hack("gemm", lambda d: write_workspace(d / "ws", NATIVE_THREAD, SOURCES),
                              ("native thread",)),
+    "14-private-stream": Hack("gemm", lambda d: write_workspace(d / "ws", PRIVATE_STREAM,
+                                                                SOURCES), ("another stream",)),
 }
 CASES = [hack.param(name) for name, hack in HACKS.items()]
 
@@ -300,17 +302,6 @@ def test_honest_cublas_gemm_passes(honest: tuple[Path, JudgeResult]):
 def test_judge_rejects(tmp_path: Path, hack: Hack):
     result = judge(_write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"), GPU)
     assert rejected(result, *hack.keywords), f"reward {result.reward}: {said(result)}"
-
-
-def test_side_stream_gains_nothing(tmp_path: Path, honest: tuple[Path, JudgeResult]):
-    """14: the work runs on a private non-blocking stream and forward returns at once."""
-    task, fair = honest
-    candidate = write_workspace(tmp_path / "ws", "import torch.nn as nn\n\nimport cuda_extension\n"
-                                + SIDE_STREAM, SOURCES)
-    assert run_naive(task, candidate, device="cuda")[0]
-    result = judge(task, candidate, GPU)
-    assert result.reward == -1 or result.runtime_ms >= 0.5 * fair.runtime_ms, (
-        f"runtime {result.runtime_ms} ms vs honest {fair.runtime_ms} ms: {said(result)}")
 
 
 @pytest.mark.parametrize("hack", CASES)

@@ -4,7 +4,8 @@
 // arguments into cuda_ext::Tensor views, allocates outputs through torch's allocator,
 // and exposes each function that a kernel binding registered with REGISTER_BINDING.
 // CUDA builds also link the judge's device timer (cuda_agent/build/judge_timer.cu, part of
-// the package, not of the workspace), exposed as _block_device and _blocker_info.
+// the package, not of the workspace), exposed as _block_device, _gate_arm, _gate_open,
+// _gate_close, _post_spread and _blocker_info.
 #include <ATen/record_function.h>
 #include <torch/extension.h>
 #ifdef CUDA_EXT_WITH_CUDA
@@ -21,6 +22,11 @@
 #ifdef CUDA_EXT_WITH_CUDA
 #define JUDGE_TIMER_API extern "C" __attribute__((visibility("hidden")))
 JUDGE_TIMER_API int cuda_agent_judge_block_device(unsigned long long ns, void* stream);
+JUDGE_TIMER_API int cuda_agent_judge_gate_arm(unsigned long long ns, void* own_stream,
+                                              void* call_stream);
+JUDGE_TIMER_API int cuda_agent_judge_gate_open();
+JUDGE_TIMER_API int cuda_agent_judge_gate_close(unsigned long long ns);
+JUDGE_TIMER_API int cuda_agent_judge_post_spread(long long* out);
 JUDGE_TIMER_API int cuda_agent_judge_blocker_info(int* values);
 JUDGE_TIMER_API const char* cuda_agent_judge_error(int code);
 #endif
@@ -171,8 +177,32 @@ void block_device(int64_t ns) {
                                             c10::cuda::getCurrentCUDAStream().stream()));
 }
 
+// Arm the gate (judge_timer.cu): a holder of every SM on `own_stream` (a cudaStream_t),
+// which the current stream waits `ns` for; then record the start event and open it.
+void gate_arm(int64_t ns, int64_t own_stream) {
+  if (ns < 0 || ns > 1000000000) throw std::invalid_argument("ns must be in [0, 1e9]");
+  check_timer(cuda_agent_judge_gate_arm(static_cast<unsigned long long>(ns),
+                                        reinterpret_cast<void*>(own_stream),
+                                        c10::cuda::getCurrentCUDAStream().stream()));
+}
+
+void gate_open() { check_timer(cuda_agent_judge_gate_open()); }
+
+// Close the gate: blocker_post noting its blocks' starts on the holder's stream, which the
+// caller has made wait for the calling stream (judge_timer.cu).
+void gate_close(int64_t ns) {
+  if (ns < 0 || ns > 1000000000) throw std::invalid_argument("ns must be in [0, 1e9]");
+  check_timer(cuda_agent_judge_gate_close(static_cast<unsigned long long>(ns)));
+}
+
+int64_t post_spread() {
+  long long spread = -1;
+  check_timer(cuda_agent_judge_post_spread(&spread));
+  return spread;
+}
+
 py::dict blocker_info() {
-  int values[5] = {0, 0, 0, 0, 0};
+  int values[6] = {0, 0, 0, 0, 0, 0};
   check_timer(cuda_agent_judge_blocker_info(values));
   py::dict info;
   info["threads_per_block"] = values[0];
@@ -180,6 +210,7 @@ py::dict blocker_info() {
   info["sm_count"] = values[2];
   info["resident_blocks_per_sm"] = values[3];
   info["full"] = values[4] != 0;
+  info["gate"] = values[5] != 0;
   return info;
 }
 #endif
@@ -235,6 +266,17 @@ PYBIND11_MODULE(cuda_extension, m) {
   m.def("_block_device", &cuda_ext::block_device, py::arg("ns"),
         "Judge timer: occupy every SM of the current device for ns nanoseconds "
         "(enqueued on the current stream).");
+  m.def("_gate_arm", &cuda_ext::gate_arm, py::arg("ns"), py::arg("own_stream"),
+        "Judge timer: hold every SM from own_stream (a cudaStream_t); the current stream "
+        "waits ns for it. Record the start event, then call _gate_open.");
+  m.def("_gate_open", &cuda_ext::gate_open,
+        "Judge timer: release the armed holder from the stream it was armed on.");
+  m.def("_gate_close", &cuda_ext::gate_close, py::arg("ns"),
+        "Judge timer: a blocker of ns on the holder's stream (made to wait for the calling "
+        "stream), noting when each block started.");
+  m.def("_post_spread", &cuda_ext::post_spread,
+        "Judge timer: ns between the first and last block start of the last _gate_close "
+        "(-1 if none reported).");
   m.def("_blocker_info", &cuda_ext::blocker_info,
         "Judge timer: the blocker's launch shape on the current device and whether it fills "
         "every SM (full).");
