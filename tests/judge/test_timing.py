@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from cuda_agent.judge import timing
-from cuda_agent.judge.device_timer import IDLE_PROBES_MIN, DeviceTimer, undisturbed
+from cuda_agent.judge.device_timer import (
+    IDLE_PROBES_MIN,
+    TAIL_SLACK_MS,
+    DeviceTimer,
+    undisturbed,
+)
 from cuda_agent.judge.timing import (
     PRE_NS_RANGE,
     TIME_MEANINGS,
@@ -64,6 +69,18 @@ def test_idle_reference_comes_from_the_run_once_probed():
     probed = _timer(rows, [0.011, 0.012, 0.013, 0.012, 0.011, 0.013])
     assert probed.idle_ref_ms() == pytest.approx(0.013)
     assert probed.samples() == pytest.approx([0.100] * 6)
+
+
+def test_post_reference_comes_from_the_probes_once_probed():
+    # calibration's empty calls saw the post take 0.020 ms; after a kernel it takes 0.0205
+    rows = [(0.100, 0.0205, 0.008)] * 6
+    assert _timer(rows, [0.008] * IDLE_PROBES_MIN).samples() == pytest.approx([0.1005] * 6)
+    timer = _timer(rows, [0.008] * IDLE_PROBES_MIN)
+    timer.idle_tails = [0.0204, 0.0205, 0.0206, 0.0205, 0.0205]
+    assert timer.post_ref() == pytest.approx(0.0206 + TAIL_SLACK_MS)
+    assert timer.samples() == pytest.approx([0.100] * 6)  # the honest post adds nothing
+    timer.rows = [(0.100, 0.0305, 0.008)] * 6  # 10 us of work outlives the calling stream
+    assert timer.samples() == pytest.approx([0.1099 - TAIL_SLACK_MS] * 6)
 
 
 def test_work_queued_after_the_call_still_counts_with_probes():

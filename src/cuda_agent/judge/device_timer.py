@@ -174,6 +174,7 @@ class DeviceTimer:
         self.idle_ms = 0.0
         self.rows: list[tuple[float, float, float]] = []
         self.idle: list[float] = []
+        self.idle_tails: list[float] = []  # blocker_post's time in the idle probes
         self.flush_ms: list[float] = []  # the flush before each row's call
         self._flush_events: list[Any] = []
         self._last_flush_ms = 0.0
@@ -275,7 +276,9 @@ class DeviceTimer:
         """The call's sequence around a stand-in of the same device time: the final sync's
         time on a GPU that the call would leave idle, under this run's conditions."""
         spin_ns = max(1_000, int(statistics.median(r[0] for r in self.rows) * 1e6))
-        self.idle.append(self.call(lambda: self.blocker.block(spin_ns), [])[3])
+        _, _, tail, residual = self.call(lambda: self.blocker.block(spin_ns), [])
+        self.idle.append(residual)
+        self.idle_tails.append(tail)
 
     def probed(self) -> bool:
         """Whether enough idle probes exist for the run's own reference."""
@@ -286,9 +289,19 @@ class DeviceTimer:
         there are a few)."""
         return _percentile(self.idle, 0.9) if self.probed() else self.idle_ms
 
+    def post_ref(self) -> float:
+        """``blocker_post``'s reference: the 90th percentile of its time in the idle probes
+        plus a slack (calibration's until there are a few). Through the gate the post waits
+        on the judge's stream for an event after the call, which took longer after a kernel
+        than after calibration's empty calls: honest calls gained about 0.5 us there."""
+        if not self.probed() or not self.idle_tails:
+            return self.post_ref_ms
+        return _percentile(self.idle_tails, 0.9) + TAIL_SLACK_MS
+
     def samples(self) -> list[float]:
         """The samples of the rows that count, in order."""
         idle = self.idle_ref_ms()
-        return [device_sample(main, tail, residual, self.post_ref_ms, idle)
+        post_ref = self.post_ref()
+        return [device_sample(main, tail, residual, post_ref, idle)
                 for (main, tail, residual), keep in zip(self.rows, self.kept(), strict=True)
                 if keep]

@@ -222,7 +222,8 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
                "spread_ref_ms": timer.spread_ref_ms,
                "spread_ms_max": max(timer.spreads, default=None),
                "flush_ms_median": statistics.median(timer.flush_ms or [0.0]),
-               "post_ref_ms": timer.post_ref_ms, "idle_residual_ms": timer.idle_ref_ms(),
+               "post_ref_ms": timer.post_ref(), "post_calibration_ms": timer.post_ref_ms,
+               "idle_residual_ms": timer.idle_ref_ms(),
                "idle_calibration_ms": timer.idle_ms, "idle_probes": len(timer.idle),
                "host_ms": statistics.median(host or [0.0]), **spent,
                "outside_ms_median": statistics.median(outside), "blocker": timer.blocker.info}
