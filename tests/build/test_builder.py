@@ -191,17 +191,3 @@ def test_device_timer_compiles_once_for_cuda():
     assert ok, log
     assert builder._fixed_object(chain, TIMER_SOURCE, False) == (True, None, obj)  # cached
     assert _symbols(obj, "T") >= TIMER_SYMBOLS
-
-
-def test_linker_choice(monkeypatch: pytest.MonkeyPatch):
-    from cuda_agent.build import builder as module
-
-    assert Builder(BuildConfig(linker="gold"))._fuse_ld() == ["-fuse-ld=gold"]
-    assert Builder(BuildConfig(linker="default"))._fuse_ld() == []
-    monkeypatch.setattr(module.shutil, "which", lambda name: None)
-    assert Builder(BuildConfig())._fuse_ld() == []  # auto, and no ld.gold installed
-    monkeypatch.setattr(module.shutil, "which", lambda name: f"/usr/bin/{name}")
-    assert Builder(BuildConfig())._fuse_ld() == ["-fuse-ld=gold"]
-    assert module._UNDEFINED.findall("a.o: error: undefined reference to 'gold_style'\n"
-                                     "b.o: undefined reference to `ld_style'") == [
-        "gold_style", "ld_style"]

@@ -32,7 +32,7 @@ from cuda_agent.paths import TEMPLATES, home_dir
 from cuda_agent.results import BuildResult, Diagnostic
 
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
-_UNDEFINED = re.compile(r"undefined reference to [`']([^'`]+)'")  # GNU ld, gold
+_UNDEFINED = re.compile(r"undefined reference to `([^'`]+)'")
 MODULE_NAME = "cuda_extension"
 BINDING_LABEL = "binding.cpp (fixed layer, once per toolchain)"
 TIMER_LABEL = "judge_timer.cu (fixed layer, once per toolchain)"
@@ -54,10 +54,6 @@ class BuildConfig(BaseModel):
     extra_cflags: tuple[str, ...] = Field((), description="Added to every C++ compile.")
     extra_cuda_cflags: tuple[str, ...] = Field((), description="Added to every nvcc compile.")
     max_sources: int = Field(64, description="Refuse workspaces with more kernel sources.")
-    linker: Literal["auto", "default", "gold"] = Field("auto", description=(
-        "Linker of the module: 'gold' (about 0.15 s sooner than GNU ld on an H100 host: the "
-        "link reads libtorch's symbols), 'default' (the compiler's), 'auto' (gold where "
-        "ld.gold is installed)."))
     split_nvcc: bool = Field(True, description=(
         "Run nvcc's stages for a kernel .cu as a graph (the host compile beside ptxas; the "
         "same object, about 0.8 s sooner); False runs the plain nvcc command."))
@@ -244,10 +240,6 @@ class Builder:
             ok, log = self._compile(cmd, source.parent, obj)
         return ok, log, obj
 
-    def _fuse_ld(self) -> list[str]:
-        linker = self.config.linker
-        return ["-fuse-ld=gold"] if linker == "gold" or (linker == "auto" and _gold()) else []
-
     def _link(self, chain: Toolchain, objects: list[Path]) -> tuple[bool, str, Path | None]:
         libs = ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
         if chain.device == "cuda":
@@ -256,9 +248,9 @@ class Builder:
         # --no-undefined names every unresolved symbol (a launcher declared in a binding but
         # defined nowhere); --noinhibit-exec still writes the module, since the Python API
         # symbols are only resolved when the interpreter loads it.
-        cmd = [chain.cxx, "-shared", *self._fuse_ld(), *map(str, objects),
-               f"-L{chain.torch_lib}", f"-Wl,-rpath,{chain.torch_lib}", *libs, "-fopenmp",
-               "-Wl,--no-undefined", "-Wl,--noinhibit-exec", "-o", "OUT"]
+        cmd = [chain.cxx, "-shared", *map(str, objects), f"-L{chain.torch_lib}",
+               f"-Wl,-rpath,{chain.torch_lib}", *libs, "-fopenmp", "-Wl,--no-undefined",
+               "-Wl,--noinhibit-exec", "-o", "OUT"]
         key = _hash(chain.fingerprint, " ".join(cmd))
         out = self.cache / "ext" / key[:32] / f"{MODULE_NAME}{chain.ext_suffix}"
         if out.exists():
@@ -270,10 +262,6 @@ class Builder:
             return False, "".join(f"error: undefined symbol `{m}`: declared but defined in no "
                                   "kernel source\n" for m in missing), None
         return ok, "", out if ok else None
-
-
-def _gold() -> bool:
-    return shutil.which("ld.gold") is not None
 
 
 def _hash(*parts: str | bytes) -> str:
