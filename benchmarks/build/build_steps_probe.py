@@ -3,7 +3,9 @@
 Copies a KernelBench level-1 candidate workspace, edits its ``.cu`` and rebuilds it
 ``--iters`` times, printing each compiler and linker run; then re-runs the last link
 command as it is, without ``--no-undefined``, and with each other linker found
-(``-fuse-ld=gold|lld|mold``). Needs the CUDA toolchain (GPU machine, repository root):
+(``-fuse-ld=gold|lld|mold``), with the errors each printed (``--noinhibit-exec`` keeps the
+exit status at 0: gold's errors on the H100 host were seen only in the judge). Needs the
+CUDA toolchain (GPU machine, repository root):
 
     PYTHONPATH=src python3 benchmarks/build/build_steps_probe.py --ids 12,40
 """
@@ -45,13 +47,15 @@ def _link_variants(cmd: list[str], cwd: Path, runs: int) -> None:
         if shutil.which(f"ld.{linker}") or shutil.which(linker):
             variants[f"-fuse-ld={linker}"] = [cmd[0], f"-fuse-ld={linker}", *cmd[1:]]
     for name, variant in variants.items():
-        times, rc = [], 0
+        times, rc, errors = [], 0, 0
         for _ in range(runs):
             start = time.perf_counter()
-            rc = subprocess.run(variant, cwd=cwd, capture_output=True).returncode
+            done = subprocess.run(variant, cwd=cwd, capture_output=True, text=True)
             times.append(time.perf_counter() - start)
+            # --noinhibit-exec keeps the exit status at 0: count the errors printed
+            rc, errors = done.returncode, (done.stdout + done.stderr).count("error")
         print(f"  link {name:20} median {statistics.median(times):.3f} s  "
-              f"all {[round(t, 3) for t in times]}  rc {rc}")
+              f"all {[round(t, 3) for t in times]}  rc {rc}  errors {errors}")
 
 
 def main() -> None:
