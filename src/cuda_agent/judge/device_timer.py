@@ -68,7 +68,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 class Blocker:
     """The judge's full-GPU kernels from the fixed layer (``_block_device``; where the device
-    has the gate, ``_gate_arm``/``_gate_open`` and ``_post_device``/``_post_spread``), bound
+    has the gate, ``_gate_arm``, ``_gate_open``, ``_gate_close`` and ``_post_spread``), bound
     at load."""
 
     def __init__(self, block: Callable[[int], None], info: dict[str, Any],
