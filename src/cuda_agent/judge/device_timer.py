@@ -7,15 +7,15 @@ cache flushed, through the gate (judge-v8): a holder on the timer's own stream f
 and the calling stream waits until it has run ``pre_ns``; event ``ev0``; the calling stream
 releases the holder; the call; ``ev1``; the own stream waits for ``ev1``, then runs
 ``blocker_post`` (its block starts noted) and ``ev2``; wait for ``ev2``, then time a
-device-wide synchronisation. A sample is elapsed(ev0, ev1)
-plus how much ``blocker_post`` was delayed (work still running after the calling stream is
-done) plus how much the final sync took over the idle reference (work queued later); see
-``device_sample``. A post whose block starts spread wider than on an idle GPU marks a call
-that left work running on another stream (``DeviceTimer.unjoined``; the verdict fails).
-Where the driver lacks the stream memory operations, blockers on the calling stream stand
-before ``ev0`` and after ``ev1`` instead (judge-v7). A call whose L2 flush, timed just
-before it with no candidate code on the GPU, ran markedly slower than the run's usual flush
-is left out (``undisturbed``).
+device-wide synchronisation. A sample is elapsed(ev0, ev1) plus how much ``blocker_post``
+was delayed (work still running after the calling stream is done) plus how much the final
+sync took over the idle reference (work queued later); see ``device_sample``. A post whose
+block starts spread wider than on an idle GPU marks a call that left work running on
+another stream (``DeviceTimer.unjoined``; the verdict fails). Where the driver lacks the
+stream memory operations, blockers on the calling stream stand before ``ev0`` and after
+``ev1`` instead (judge-v7). A call whose L2 flush, timed just before it with no candidate
+code on the GPU, ran markedly slower than the run's usual flush is left out
+(``undisturbed``).
 """
 
 from __future__ import annotations
@@ -189,7 +189,8 @@ class DeviceTimer:
         if not self.events:
             self.events = [_Event(enable_timing=True) for _ in range(3)]
         ev0, ev1, ev2 = self.events
-        if GATE and self.blocker.gate:
+        gated = GATE and self.blocker.gate
+        if gated:
             self._own = self._own or _Stream()  # the holder's stream
             self.blocker.arm(self.pre_ns, self._own)
             _record(ev0)
@@ -197,15 +198,13 @@ class DeviceTimer:
         else:
             self.blocker.block(self.pre_ns)
             _record(ev0)
-        gated = GATE and self.blocker.gate
         out = fn(*inputs)
+        _record(ev1)
         if gated:
-            _record(ev1)
             _wait_event(self._own, ev1)
             self.blocker.close(POST_NS)
             _record(ev2, self._own)
         else:
-            _record(ev1)
             self.blocker.block(POST_NS)
             _record(ev2)
         _event_sync(ev2)
@@ -216,8 +215,8 @@ class DeviceTimer:
         return out, _elapsed(ev0, ev1), _elapsed(ev1, ev2), residual
 
     def calibrate(self, host_ms: float) -> None:
-        """Set the wait before ``ev0`` from the call's host time; measure ``blocker_post`` alone and
-        the device sync on an idle GPU."""
+        """Set the wait before ``ev0`` from the call's host time; measure ``blocker_post``
+        alone and the device sync on an idle GPU."""
         self.pre_ns = PRE_NS_RANGE[0]
         tails, residuals, spreads = [], [], []
         for _ in range(CALIBRATION_CALLS):
