@@ -156,6 +156,36 @@ Outputs scale_add_cached_ptr(const Args& args) { return cached(args, false); }
 Outputs scale_add_cached_sampled(const Args& args) { return cached(args, true); }
 ''', "scale_add_cached_ptr", "scale_add_cached_sampled")
 
+# The job queue of the native worker-thread hacks (here and in test_cuda_hacks.py), C++ placed
+# after the hack's ``Job`` struct: forward pushes, the worker pops after forward has returned.
+JOB_QUEUE = '''
+std::mutex mu;
+std::condition_variable ready;
+std::deque<Job> jobs;
+
+void push(Job job) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    jobs.push_back(std::move(job));
+  }
+  ready.notify_one();
+}
+
+Job pop() {
+  std::unique_lock<std::mutex> lock(mu);
+  ready.wait(lock, [] { return !jobs.empty(); });
+  Job job = jobs.front();
+  jobs.pop_front();
+  return job;
+}
+
+void start_once(void (*work)()) {  // the worker thread, started by the first call
+  static bool started = false;
+  if (!started) std::thread(work).detach();
+  started = true;
+}
+'''
+
 # #14 in C++: inputs seen before (timing) are handed to a native worker thread that computes
 # them after forward has returned; new inputs (a correctness check) are computed at once. The
 # thread starts when the first such job comes, or (``NATIVE_AT_LOAD``) when the module loads;
@@ -175,31 +205,19 @@ struct Job {
   Tensor x, y, out;
   float alpha;
 };
-std::mutex mu;
-std::condition_variable ready;
-std::deque<Job> jobs;
+''' + JOB_QUEUE + '''
 std::vector<Tensor> seen;  // kept alive, so a new input never gets an old address
 
 void work() {
   for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      ready.wait(lock, [] { return !jobs.empty(); });
-      job = jobs.front();
-      jobs.pop_front();
-    }
+    const Job job = pop();
     // no pause: the work is done while the judge prepares the next call
     scale_add_launch(job.x.data_ptr<float>(), job.y.data_ptr<float>(),
                      job.out.data_ptr<float>(), job.x.numel(), job.alpha, 0);
   }
 }
 
-void start() {
-  static bool started = false;
-  if (!started) std::thread(work).detach();
-  started = true;
-}
+void start() { start_once(work); }
 
 Outputs scale_add_native_async(const Args& args) {
   const Tensor& x = args.tensor(0);
@@ -216,11 +234,7 @@ Outputs scale_add_native_async(const Args& args) {
   }
   PER_CALL
   start();
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    jobs.push_back({x, y, out, alpha});
-  }
-  ready.notify_one();
+  push({x, y, out, alpha});
   return {out};
 }
 '''

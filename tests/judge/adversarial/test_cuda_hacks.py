@@ -20,6 +20,7 @@ from tests.judge.adversarial.helpers import (
     write_file_candidate,
     write_workspace,
 )
+from tests.judge.adversarial.kernels import JOB_QUEUE
 
 pytestmark = pytest.mark.gpu
 
@@ -147,10 +148,7 @@ Outputs gemm_side_stream(const Args& args) {
 struct Job {
   Tensor a, b, c;
 };
-std::mutex mu;
-std::condition_variable ready;
-std::deque<Job> jobs;
-
+''' + JOB_QUEUE + r'''
 void work() {
   cudaStream_t side = nullptr;
   cublasHandle_t own = nullptr;
@@ -159,13 +157,7 @@ void work() {
   cublasSetStream(own, side);
   const float one = 1.0f, zero = 0.0f;
   for (;;) {
-    Job job;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      ready.wait(lock, [] { return !jobs.empty(); });
-      job = jobs.front();
-      jobs.pop_front();
-    }
+    const Job job = pop();
     const int m = static_cast<int>(job.a.size(0)), k = static_cast<int>(job.a.size(1));
     const int n = static_cast<int>(job.b.size(1));
     cublasSgemm(own, CUBLAS_OP_N, CUBLAS_OP_N, n, m, k, &one, job.b.data_ptr<float>(), n,
@@ -176,15 +168,9 @@ void work() {
 
 Outputs gemm_native_thread(const Args& args) {
   if (args.boolean(2)) return run(args, kFp32);
-  static bool started = false;
-  if (!started) std::thread(work).detach();
-  started = true;
+  start_once(work);
   Tensor c = output_for(args);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    jobs.push_back({args.tensor(0), args.tensor(1), c});
-  }
-  ready.notify_one();
+  push({args.tensor(0), args.tensor(1), c});
   return {c};
 }
 
