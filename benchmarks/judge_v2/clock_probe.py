@@ -15,8 +15,13 @@ and the correlation of block medians with block clocks inside processes.
 freed after each call), ``spread`` (8 input buffers, the last 6 outputs kept alive, so
 outputs and intermediates cycle through other blocks), ``jitter`` (a tensor of random size,
 0-64 MiB in 2 MiB steps, allocated before each call and freed after it, so the caching
-allocator places the call's memory elsewhere each time). Run on the GPU machine from the
-repository root:
+allocator places the call's memory elsewhere each time); and the protocol: ``clean`` (the L2
+flushed by reading the flush buffer, so that the cache holds clean lines instead of the
+dirty ones ``zero_`` leaves, whose write-back the call would pay), ``nogate`` (judge-v7's
+blockers on the calling stream instead of the gate), ``streams`` (the gate's holder and
+calling streams rotated among 4 pairs, call by call; per-pair medians printed), ``late``
+(``ev0`` recorded after the gate's release); ``+`` joins them (``clean+late``). Run on the
+GPU machine from the repository root:
 
     PYTHONPATH=src python3 benchmarks/judge_v2/clock_probe.py --kernelbench KB.jsonl
 """
@@ -61,26 +66,38 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import torch
     from blocker_probe import _clock_mhz, loaded
 
-    from cuda_agent.judge import timing
+    from cuda_agent.judge import device_timer, timing
     from cuda_agent.judge.worker import make_inputs
 
     ns, model, ext = loaded(spec)
+    ways = set(spec.get("variant", "base").split("+"))
+    device_timer.GATE = "nogate" not in ways
+    device_timer.EV0_AFTER_OPEN = "late" in ways
     timer = timing.DeviceTimer(timing.load_blocker(ext))
     variant = spec.get("variant", "base")
     rotation = timing.Rotation(lambda k: make_inputs(ns, 1000 + k, "cuda"), 2)
     if variant == "spread":
         rotation.buffers += [[x.clone() for x in rotation.buffers[0]] for _ in range(6)]
-    flush = torch.empty(timing.L2_FLUSH_BYTES // 4, device="cuda")
+    flush = torch.zeros(timing.L2_FLUSH_BYTES // 4, device="cuda")
     nvml = _nvml_clock()
     blocks: list[dict[str, Any]] = []
     kept: list[Any] = []
     pairs: list[tuple[float, float]] = []
     rng = __import__("random").Random()
+    pairs_of_streams = [(torch.cuda.Stream(), torch.cuda.Stream()) for _ in range(4)]
+    by_pair: list[list[float]] = [[] for _ in pairs_of_streams]
 
     def call(inputs: list[Any]) -> float:
         spacer = torch.empty(rng.randrange(33) * (1 << 19), device="cuda") \
             if variant == "jitter" else None
-        out, main = timer.call(model, inputs)[:2]
+        if "streams" in ways:  # the holder's and the calling stream rotated per call
+            k = len(pairs) % len(pairs_of_streams)
+            timer._own, calling = pairs_of_streams[k]
+            with torch.cuda.stream(calling):
+                out, main = timer.call(model, inputs)[:2]
+            by_pair[k].append(main)
+        else:
+            out, main = timer.call(model, inputs)[:2]
         if variant == "spread":
             kept.append(out)
             del kept[:-6]
@@ -95,7 +112,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             nv, why = nvml() if nvml else (None, None)
             main, flushes = [], []
             for _ in range(spec["calls"]):
-                inputs, flush_ms = _prepare(torch, timer, rotation, flush)
+                inputs, flush_ms = _prepare(torch, timer, rotation, flush, variant)
                 main.append(call(inputs))
                 flushes.append(flush_ms)
                 pairs.append((flush_ms, main[-1]))
@@ -103,12 +120,15 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                            "main": statistics.median(main),
                            "flush": statistics.median(flushes)})
     return {"blocks": blocks, "main": statistics.median(b["main"] for b in blocks),
+            "by_stream": [statistics.median(m) for m in by_pair if m],
             "corr_flush_main": _corr([a for a, _ in pairs], [b for _, b in pairs]),
             "clock": statistics.median(b["clock"] for b in blocks)}
 
 
-def _prepare(torch: Any, timer: Any, rotation: Any, flush: Any) -> tuple[list[Any], float]:
-    """``DeviceTimer.prepare`` with the L2 flush timed by events (ms)."""
+def _prepare(torch: Any, timer: Any, rotation: Any, flush: Any, variant: str
+             ) -> tuple[list[Any], float]:
+    """``DeviceTimer.prepare`` with the L2 flush timed by events (ms); ``clean`` flushes by
+    reading the buffer."""
     from cuda_agent.judge.device_timer import BUSY_NS
 
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -116,7 +136,10 @@ def _prepare(torch: Any, timer: Any, rotation: Any, flush: Any) -> tuple[list[An
     timer.blocker.block(BUSY_NS)
     inputs, _ = rotation.prepare(None)
     a.record()
-    flush.zero_()
+    if "clean" in variant.split("+"):
+        flush.sum()
+    else:
+        flush.zero_()
     b.record()
     torch.cuda.synchronize()
     return inputs, a.elapsed_time(b)
@@ -140,7 +163,8 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--warmup-s", default="0.2", help="comma-separated seconds")
-    parser.add_argument("--variants", default="base", help="base, spread, jitter (comma list)")
+    parser.add_argument("--variants", default="base",
+                        help="base spread jitter clean nogate streams late; + joins; comma list")
     args = parser.parse_args()
     if args.child:
         return run_child(args, child)
@@ -180,6 +204,10 @@ def main() -> int:
             print(f"  time x clock spread {_spread(scaled):.2f}%  (clock-scaled medians)")
             print(f"  within-process corr(block time, block clock): "
                   f"{' '.join(f'{c:+.2f}' for c in inside)}")
+            if runs[0].get("by_stream"):
+                print("  per stream pair: " + "; ".join(
+                    " ".join(f"{m:.5f}" for m in r["by_stream"])
+                    + f" ({_spread(r['by_stream']):.2f}%)" for r in runs))
             print("  per-call corr(flush time, call time): "
                   + " ".join(f"{r['corr_flush_main']:+.2f}" for r in runs))
             for r in runs:

@@ -2,8 +2,9 @@
 
 Times ``torch.sin`` honestly, from a private stream that is never joined, and from a
 private stream joined at the end, with a blocker on the calling stream before ``ev0``
-(judge-v7) and through the gate (judge-v8, ``device_timer.GATE``), for a large and a small
-tensor. Prints per way: the median sample, its terms (elapsed(ev0, ev1); how much
+(judge-v7) and through the gate (judge-v8, ``device_timer.GATE``; ``late``: ``ev0`` recorded
+after the gate's release), for a large and a small tensor. Prints per way: the median
+sample, its terms (elapsed(ev0, ev1); how much
 ``blocker_post`` was delayed; the final sync over the idle reference), where the private
 work ended after ``ev0`` (an event on its own stream), the median spread of
 ``blocker_post``'s block starts (gate) with how many calls it marked unjoined, and the
@@ -95,6 +96,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--protocols", default="v7,gate",
+                        help="v7 (blockers), gate, late (gate, ev0 after the release)")
     args = parser.parse_args()
     blocker = load_blocker(load_extension(Builder(BuildConfig(device="cuda")).build_tracer()))
     side = torch.cuda.Stream()
@@ -118,19 +121,20 @@ def main() -> None:
           "spread   (ref)    unjoined measure")
     for rep in range(args.reps):
         for n in SIZES:
-            for gate in (False, True):
-                device_timer.GATE = gate
+            for gate in args.protocols.split(","):
+                device_timer.GATE = gate != "v7"
+                device_timer.EV0_AFTER_OPEN = gate == "late"
                 for name, fn, end in (("honest", torch.sin, None),
                                       ("hostile", hostile, side_end),
                                       ("joined", joined, side_end)):
                     row = per_call(fn, blocker, n, args.calls, end)
                     med = stats(measure(fn, rotation(n), "cuda", blocker=blocker, budget_s=1.5,
                                         max_runs=2000).samples).median_ms
-                    print(f"{rep}   {n:<9} {gate!s:6} {name:8} " + " ".join(
+                    print(f"{rep}   {n:<9} {gate:6} {name:8} " + " ".join(
                         f"{row[k]:.5f}" for k in ("sample", "main", "tail", "residual", "end",
                                                   "spread", "ref"))
                         + f" {row['unjoined']:3}/{args.calls} {med:.5f}", flush=True)
-    device_timer.GATE = True
+    device_timer.GATE, device_timer.EV0_AFTER_OPEN = True, False
 
 
 if __name__ == "__main__":

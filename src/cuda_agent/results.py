@@ -79,6 +79,8 @@ class TimingStats:
     iqr_ms: float = 0.0
     left_out: int = 0
     """Timed calls not counted because the device was disturbed during them (CUDA)."""
+    processes: int = 1
+    """Fresh processes that timed it (baselines: the median of their medians, ``pooled``)."""
 
     @property
     def rel_ci(self) -> float:

@@ -136,3 +136,21 @@ def test_baselines_sharing_a_gpu_lock_time_only_in_their_turn(tmp_path):
     assert calls[0] < released and len(calls) > 3
     assert all(t > released for t in calls[1:])  # warm-up and timing: in the turn
     assert not results[0].cached and results[0].baselines.eager.runs >= 1
+
+
+def test_a_baseline_timed_in_several_processes_is_their_median(tmp_path):
+    """``baseline_processes`` fresh processes each time the eager baseline; the cached time is
+    the median of their medians, says how many processes made it, and has a key of its own."""
+    from cuda_agent.judge.measure import baseline_key, measure_baselines
+
+    (tmp_path / "relu.py").write_text(RELU + f"\n# {uuid.uuid4().hex}\n")
+    task = load_task(tmp_path / "relu.py")
+    config = FAST.model_copy(update={"baseline_processes": 2})
+    assert FAST.baseline_processes == 1
+    measured = measure_baselines(task, config)
+    eager = measured.baselines.eager
+    assert not measured.cached and eager.processes == 2 and eager.runs >= 2
+    assert eager.ci_low_ms <= eager.median_ms <= eager.ci_high_ms
+    assert baseline_key(task, config, "cpu") != baseline_key(task, FAST, "cpu")
+    assert measure_baselines(task, config).cached
+    assert baseline_cache.load(measured.key).eager.processes == 2

@@ -214,3 +214,18 @@ def test_unjoined_calls_are_counted_and_fail_the_verdict():
     assert not _unjoined(verdict, {})  # wall time, or no gate
     assert _unjoined(verdict, {"unjoined": 2, "calls": 10}) and not verdict.correct
     assert "another stream" in verdict.reasons[0] and "wait_stream" in verdict.reasons[0]
+
+
+def test_pooled_is_the_median_of_process_medians():
+    parts = [timing.stats(s) for s in ([1.0, 1.1, 1.2], [2.0, 2.1, 2.2], [1.5, 1.6, 1.7])]
+    one = timing.pooled(parts[:1])
+    assert one is parts[0]
+    both = timing.pooled(parts)
+    assert both.median_ms == pytest.approx(1.6) and both.processes == 3 and both.runs == 9
+    assert both.min_ms == 1.0 and both.max_ms == 2.2
+    assert both.mean_ms == pytest.approx((1.1 + 2.1 + 1.6) / 3)
+    # the interval spans every process's median: a process apart widens it
+    assert both.ci_low_ms <= 1.1 and both.ci_high_ms >= 2.1
+    assert timing.pooled([timing.stats([1.0] * 5, 2)] * 2).left_out == 4
+    with pytest.raises(ValueError, match="at least one"):
+        timing.pooled([])

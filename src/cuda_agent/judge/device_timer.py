@@ -52,6 +52,8 @@ device has them. Measured on an H100 with blockers on the calling stream instead
 ``ev0`` was recorded about 8 us after ``blocker_pre``'s blocks had freed the SMs and a
 kernel on a private stream ran in that time: ``sin`` over 2M floats (10 us) was timed at
 2.6 us from a private stream, over 32M floats (94 us) at 82 us."""
+EV0_AFTER_OPEN = False
+"""(probe) Record ``ev0`` after the calling stream releases the holder, not before."""
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -193,8 +195,11 @@ class DeviceTimer:
         if gated:
             self._own = self._own or _Stream()  # the holder's stream
             self.blocker.arm(self.pre_ns, self._own)
-            _record(ev0)
+            if not EV0_AFTER_OPEN:
+                _record(ev0)
             self.blocker.open()
+            if EV0_AFTER_OPEN:
+                _record(ev0)
         else:
             self.blocker.block(self.pre_ns)
             _record(ev0)

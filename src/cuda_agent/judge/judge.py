@@ -35,10 +35,10 @@ from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
-from cuda_agent.judge.timing import worker_stats
+from cuda_agent.judge.timing import pooled, worker_stats
 from cuda_agent.judge.transport import TransportError
 from cuda_agent.judge.verify import check_outputs, check_timing
-from cuda_agent.results import JudgeResult
+from cuda_agent.results import JudgeResult, TimingStats
 from cuda_agent.tasks.shapes import input_shapes, shape_tasks
 from cuda_agent.tasks.task import Task, TaskError
 
@@ -257,27 +257,35 @@ class Judge:
 
     def _measure_baselines(self, plan: JudgePlan, ref: WorkerOutcome, **extra: Any
                            ) -> baseline_cache.Baselines:
-        """``extra`` goes into the compile job (``measure`` passes its ``gpu_turn``)."""
+        """Eager time from the reference and ``plan.baseline_processes - 1`` more processes,
+        torch.compile's from that many processes (all started at once, timed one after
+        another); each the median of its processes' (``timing.pooled``). ``extra`` goes into
+        the timing jobs (``measure`` passes its ``gpu_turn``)."""
         cfg = self.config
         eager = worker_stats(ref.result) if ref.result.get("samples_ms") else None
-        compile_stats = None
+        roles = ["eager"] * (plan.baseline_processes - 1) if eager is not None else []
         if cfg.time and cfg.time_compile:
-            worker = self._worker()
-            try:
-                comp = worker.run(plan.job("compile", time=True, tracer=self._timer(),
-                                           **extra), cfg.process_timeout_s)
-            finally:
+            roles += ["compile"] * plan.baseline_processes
+        workers = [self._worker() for _ in roles]
+        parts: dict[str, list[TimingStats]] = {"eager": [eager] if eager else [], "compile": []}
+        try:
+            for role, worker in zip(roles, workers, strict=True):
+                done = worker.run(plan.job(role, time=True, tracer=self._timer(), **extra),
+                                  cfg.process_timeout_s)
                 worker.close()
-            if comp.ok:
-                compile_stats = worker_stats(comp.result)
-            else:
-                raise JudgeError(f"torch.compile baseline failed: {comp.failure}")
-        base = baseline_cache.Baselines(eager, compile_stats, ref.result.get("bandwidth_gbs"),
-                                        ref.result.get("time_meaning", "wall"))
+                if not done.ok:
+                    name = "torch.compile" if role == "compile" else "eager"
+                    raise JudgeError(f"{name} baseline failed: {done.failure}")
+                parts[role].append(worker_stats(done.result))
+        finally:
+            _close_all(workers)
+        base = baseline_cache.Baselines(
+            pooled(parts["eager"]) if parts["eager"] else None,
+            pooled(parts["compile"]) if parts["compile"] else None,
+            ref.result.get("bandwidth_gbs"), ref.result.get("time_meaning", "wall"))
         if cfg.time and cfg.cache_baselines and eager is not None:
             baseline_cache.store(plan.baseline_key, base)
         return base
-
 
 def _close_all(workers: list[Worker]) -> None:
     while workers:

@@ -33,9 +33,11 @@ class JudgePlan:
         self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
                        "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
                        "target_rel_ci": cfg.rel_ci_for(device)}
+        self.baseline_processes = cfg.baseline_processes
         self.baseline_key = baseline_cache.cache_key(
-            task.sha256, device, task.precision.value, JUDGE_VERSION, self.timing,
-            cfg.time_compile)
+            task.sha256, device, task.precision.value, JUDGE_VERSION,
+            {**self.timing, **({"processes": self.baseline_processes}
+                               if self.baseline_processes > 1 else {})}, cfg.time_compile)
 
     def cached_baselines(self) -> baseline_cache.Baselines | None:
         if not self.cfg.cache_baselines:

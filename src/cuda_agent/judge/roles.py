@@ -49,7 +49,8 @@ def _double(model: torch.nn.Module) -> torch.nn.Module | None:
 
 def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, device: str
              ) -> None:
-    """Reference (outputs, float64 outputs, eager timing) or the torch.compile baseline."""
+    """Reference (outputs, float64 outputs, eager timing), the eager baseline timed again
+    (``eager``) or the torch.compile baseline (``compile``)."""
     result["stage"] = "init"
     seed_all(job["init_seed"])
     model = ns["Model"](*ns["get_init_inputs"]())
@@ -58,6 +59,7 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
         torch.save(model.state_dict(), job["state_path"])
     else:
         model.load_state_dict(torch.load(job["state_path"], weights_only=True))
+    if job["role"] == "compile":
         model = torch.compile(model)
     precision = job["precision"]
 

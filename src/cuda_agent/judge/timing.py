@@ -91,6 +91,26 @@ def worker_stats(result: dict[str, Any]) -> TimingStats:
     return stats(result["samples_ms"], int(details.get("disturbed", 0) or 0))
 
 
+def pooled(parts: Sequence[TimingStats]) -> TimingStats:
+    """One time from the same work timed in several fresh processes: the median of their
+    medians (on an H100 a 50-90 us kernel's per-process median moves by 0.15-0.35% from one
+    process to the next, while each process's own interval is 0.2%). The interval spans
+    the parts' medians and the middle part's interval; runs and left-out calls add up."""
+    if not parts:
+        raise ValueError("pooled() needs at least one timing")
+    if len(parts) == 1:
+        return parts[0]
+    medians = [p.median_ms for p in parts]
+    middle = sorted(parts, key=lambda p: p.median_ms)[len(parts) // 2]
+    runs = sum(p.runs for p in parts)
+    return TimingStats(
+        statistics.median(medians), min(p.min_ms for p in parts), max(p.max_ms for p in parts),
+        sum(p.mean_ms * p.runs for p in parts) / runs, runs,
+        min(min(medians), middle.ci_low_ms), max(max(medians), middle.ci_high_ms),
+        statistics.median(p.iqr_ms for p in parts), sum(p.left_out for p in parts),
+        sum(p.processes for p in parts))
+
+
 class Rotation:
     """Input buffers (two unless more are added) refilled before every call with contents
     never used before.
