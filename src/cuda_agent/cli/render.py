@@ -10,7 +10,7 @@ from rich.table import Table
 
 from cuda_agent.results import BuildResult, JudgeResult, to_dict
 
-console = Console()
+console = Console(soft_wrap=True)
 errors = Console(stderr=True, soft_wrap=True)
 
 
