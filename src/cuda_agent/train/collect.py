@@ -20,6 +20,7 @@ import torch
 
 from cuda_agent.agent.policies.hf_policy import HFConfig, HFPolicy
 from cuda_agent.agent.types import Message, PolicyStep, ToolSpec
+from cuda_agent.precision import compute_precision
 from cuda_agent.train.config import TrainConfig
 
 PROMPTS = Path(__file__).resolve().parent / "prompts"
@@ -131,7 +132,7 @@ class ToyCollector:
         device = next(self.actor.parameters()).device
         ids = torch.tensor([self.prompt] * ppo.rollouts_per_step, device=device)  # [N, P]
         self.actor.eval()
-        with torch.no_grad():
+        with torch.no_grad(), compute_precision(self.actor):
             out = self.actor.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                       do_sample=True, temperature=ppo.temperature, top_k=0,
                                       top_p=1.0, max_new_tokens=toy.new_tokens,

@@ -6,7 +6,9 @@
 
 Dropout is switched off in both (RL compares log-probabilities of two forward passes, which
 must agree when the weights do). LoRA adapters (peft) are added when ``model.lora`` is set;
-otherwise all weights train.
+otherwise all weights train. Weights that train are kept in fp32 (``model.master_weights``):
+with ``dtype: bf16`` a fully trained model is loaded in fp32 and its forward passes run under
+bf16 autocast (``cuda_agent.precision``); LoRA adapters are fp32 over a bf16 base.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from cuda_agent.precision import compute_dtype, compute_precision, mark_compute_dtype
 from cuda_agent.train.config import ModelConfig
 
 VALUE_HEAD = "value_head.pt"
@@ -36,6 +39,21 @@ def pick_dtype(name: str, device: torch.device) -> torch.dtype:
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return torch.bfloat16 if name == "bf16" else torch.float32
+
+
+def weight_dtype(config: ModelConfig, device: torch.device) -> torch.dtype:
+    """The dtype the weights are loaded in: fp32 when all of them train in a lower compute
+    precision with master weights, else the compute dtype (a LoRA base is frozen)."""
+    compute = pick_dtype(config.dtype, device)
+    if compute != torch.float32 and config.master_weights and config.lora is None:
+        return torch.float32
+    return compute
+
+
+def _mark(model: Any, config: ModelConfig, device: torch.device) -> None:
+    compute = pick_dtype(config.dtype, device)
+    if weight_dtype(config, device) != compute:
+        mark_compute_dtype(model, compute)
 
 
 def load_tokenizer(path: str) -> Any:
@@ -59,10 +77,12 @@ def load_actor(config: ModelConfig, path: str | None = None) -> tuple[nn.Module,
     device = pick_device(config.device)
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, dtype=pick_dtype(config.dtype, device))
+            folder, dtype=weight_dtype(config, device))
     except (OSError, ValueError) as exc:
         raise ModelLoadError(f"cannot load a causal LM from {folder}: {exc}") from None
-    return _prepare(model, config, device), load_tokenizer(folder)
+    model = _prepare(model, config, device)
+    _mark(model, config, device)
+    return model, load_tokenizer(folder)
 
 
 class ValueModel(nn.Module):
@@ -76,8 +96,9 @@ class ValueModel(nn.Module):
         nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                            output_hidden_states=True)
+        with compute_precision(self):
+            out = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
+                                output_hidden_states=True)
         hidden = out.hidden_states[-1]  # [B, T, H]
         return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # [B, T]
 
@@ -95,7 +116,7 @@ def load_critic(config: ModelConfig) -> ValueModel:
     folder = config.critic_path or config.path
     _check_folder(folder)
     device = pick_device(config.device)
-    dtype = pick_dtype(config.dtype, device)
+    dtype = weight_dtype(config, device)
     adapter = Path(folder) / "adapter_config.json"
     try:
         if adapter.is_file():  # a LoRA critic: base model + adapter
@@ -114,6 +135,7 @@ def load_critic(config: ModelConfig) -> ValueModel:
     if head.is_file():
         critic.value_head.load_state_dict(torch.load(head, map_location="cpu"))
     _no_dropout(critic)
+    _mark(critic, config, device)
     return critic.to(device)
 
 
@@ -161,7 +183,8 @@ def token_logprobs(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) 
 
     Position t scores token t (from the logits at t-1); position 0 has no context and is 0.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, T, V]
+    with compute_precision(model):
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # [B, T, V]
     logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)  # [B, T-1, V]
     chosen = logprobs.gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # [B, T-1]
     return torch.nn.functional.pad(chosen, (1, 0))
@@ -181,10 +204,13 @@ def load_trainable_state(model: nn.Module, state: dict[str, Tensor]) -> None:
 
 
 def save_actor(model: Any, tokenizer: Any, folder: Path) -> None:
-    """The actor for the next stage: a plain model folder with the tokenizer (LoRA adapters
-    are merged into the weights, so call this once, at the end)."""
+    """The actor for the next stage: a plain model folder with the tokenizer, in the dtype
+    it computes in (LoRA adapters are merged into the weights and fp32 master weights are
+    cast, so call this once, at the end)."""
     folder.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "merge_and_unload"):
         model = model.merge_and_unload()
+    if compute_dtype(model) is not None:
+        model = model.to(compute_dtype(model))
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

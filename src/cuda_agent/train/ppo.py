@@ -160,12 +160,14 @@ def train_ppo(config: TrainConfig) -> StageResult:
             metrics: dict[str, float] = {"reward": sum(rewards) / max(len(rewards), 1),
                                          "episodes": float(len(samples)),
                                          "rollout_s": rollout_s}
-            if samples:
+            if samples:  # tokens per second of the update alone (rollout_s is apart)
+                begin = time.perf_counter()
                 metrics.update(ppo_update(actor, critic, reference, samples, optimizers,
                                           config, tokenizer.pad_token_id,
                                           train_actor=step > config.ppo.critic_warmup_steps))
-                metrics["tokens_per_s"] = metrics.pop("tokens") / max(
-                    time.perf_counter() - begin, 1e-9)
+                metrics["update_s"] = time.perf_counter() - begin
+                metrics["tokens_per_s"] = metrics.pop("tokens") / max(metrics["update_s"],
+                                                                      1e-9)
             run.log(step, metrics, force=step == steps)
             run.maybe_save(step, step == steps, modules, optimizers)
             progress.advance(metrics)

@@ -31,6 +31,7 @@ from cuda_agent.agent.types import (
     ToolSpec,
     Usage,
 )
+from cuda_agent.precision import compute_precision
 
 Dtype = Literal["auto", "float32", "float16", "bfloat16"]
 
@@ -119,7 +120,7 @@ class HFPolicy:
             options.update(stop_strings=[PLAIN_END], tokenizer=self.tokenizer)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else (
             stops[0] if stops else None)
-        with torch.no_grad():
+        with torch.no_grad(), compute_precision(self.model):
             out = self.model.generate(input_ids=input_ids,
                                       attention_mask=torch.ones_like(input_ids),
                                       pad_token_id=pad if pad is not None else 0, **options)
@@ -127,7 +128,8 @@ class HFPolicy:
         if out.logits:
             logits = torch.stack(out.logits, dim=1)[0, : response.shape[0]]  # [T, V]
         else:  # pragma: no cover - generation without logits: one forward pass instead
-            logits = self.model(out.sequences).logits[0, len(prompt_ids) - 1: -1]
+            with torch.no_grad(), compute_precision(self.model):
+                logits = self.model(out.sequences).logits[0, len(prompt_ids) - 1: -1]
         logprobs = torch.log_softmax(logits.float(), dim=-1)
         chosen = logprobs.gather(-1, response.unsqueeze(-1)).squeeze(-1)  # [T]
         return response.tolist(), chosen.tolist()
