@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
@@ -92,9 +94,10 @@ class JobHandle:
 
 class PoolBase:
     """What both pools share: queueing, ``map``, ``stats``, the supervisor loop, closing,
-    and how a job ends or is retried. The pool provides ``config.retries``, ``_lock``,
-    ``_closed``, ``_thread``, ``_next_id``, ``_queue`` (a deque of waiting jobs), the
-    ``_done`` / ``_failed`` / ``_replaced`` counters, ``submit``, ``close``, ``_workers()``
+    and how a job ends or is retried. The pool provides ``config`` (with ``retries`` and
+    ``judge``), calls ``_init_queue()`` (``_lock``, ``_closed``, ``_next_id``, ``_queue``, a
+    deque of waiting jobs, and the ``_done`` / ``_failed`` / ``_replaced`` counters) and
+    provides ``_thread``, ``submit``, ``close``, ``_workers()``
     (its slots or actors, each with a ``job``), ``_dispatch``, ``_wait_for_events`` and
     ``_check``."""
 
@@ -108,6 +111,15 @@ class PoolBase:
     _replaced: int
 
     _thread: Any
+
+    def _init_queue(self) -> None:
+        """The queue, its lock, the job ids and counters, and the closed flag."""
+        self._judge = self.config.judge.model_dump()
+        self._lock = threading.Lock()
+        self._queue = deque()
+        self._next_id = 0
+        self._done = self._failed = self._replaced = 0
+        self._closed = threading.Event()
 
     def __enter__(self) -> Self:
         return self

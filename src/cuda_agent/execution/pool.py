@@ -19,7 +19,6 @@ import os
 import signal
 import threading
 import time
-from collections import deque
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Literal
@@ -101,12 +100,7 @@ class JudgePool(PoolBase):
     def __init__(self, config: PoolConfig | None = None):
         self.config = config or PoolConfig()
         self._ctx = multiprocessing.get_context("spawn")
-        self._judge = self.config.judge.model_dump()
-        self._lock = threading.Lock()
-        self._queue: deque[Job] = deque()
-        self._next_id = 0
-        self._done = self._failed = self._replaced = 0
-        self._closed = threading.Event()
+        self._init_queue()
         self._slots = [_Slot(self._ctx, gpu, self._judge_for(gpu)) for gpu in self._places()]
         self._thread = threading.Thread(target=self._supervise, name="judge-pool", daemon=True)
         self._thread.start()

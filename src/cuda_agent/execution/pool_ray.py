@@ -18,7 +18,6 @@ import contextlib
 import os
 import threading
 import time
-from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -79,12 +78,7 @@ class RayJudgePool(PoolBase):
                 ray.shutdown()
             raise
         self._remote = ray.remote(JudgeActor)
-        self._judge = self.config.judge.model_dump()
-        self._lock = threading.Lock()
-        self._queue: deque[Job] = deque()
-        self._next_id = 0
-        self._done = self._failed = self._replaced = 0
-        self._closed = threading.Event()
+        self._init_queue()
         self._actors = [_Actor(self._remote, device, self._judge) for device in devices]
         self._thread = threading.Thread(target=self._supervise, name="ray-judge-pool",
                                         daemon=True)
