@@ -47,18 +47,27 @@ def workspace(forward: str, *extra: str, header: str = ""):
     return lambda d: write_scale_add(d / "ws", scale_add_model(forward, header), *extra)
 
 
-# load_inline with a C++ function that calls PyTorch (at::add) instead of computing
+# a C++ extension (cpp_extension.load) whose function calls PyTorch (at::add) instead of computing
 ATEN_FROM_CPP = '''
-import torch.nn as nn
-from torch.utils.cpp_extension import load_inline
+import os
+import tempfile
 
+import torch.nn as nn
+from torch.utils.cpp_extension import load
+
+# load() of a file rather than load_inline, which would add all of torch/extension.h
 SOURCE = """
-#include <torch/extension.h>
-torch::Tensor scale_add(torch::Tensor x, torch::Tensor y, double alpha) {
+#include <ATen/ATen.h>
+#include <torch/csrc/utils/pybind.h>
+at::Tensor scale_add(at::Tensor x, at::Tensor y, double alpha) {
   return at::add(y, x, alpha);
 }
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("scale_add", &scale_add); }
 """
-ext = load_inline("adversarial_aten_scale_add", cpp_sources=SOURCE, functions=["scale_add"])
+path = os.path.join(tempfile.mkdtemp(), "aten_scale_add.cpp")
+with open(path, "w") as handle:
+    handle.write(SOURCE)
+ext = load("adversarial_aten_scale_add", [path])
 
 
 class ModelNew(nn.Module):
