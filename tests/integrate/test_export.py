@@ -66,6 +66,8 @@ def test_export_layout_setup_and_package_test(tmp_path: Path):
     assert built.ok, built.log
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     shutil.copy2(built.extension_path, package / f"cuda_extension{suffix}")
+    for library in Path(built.extension_path).parent.glob("lib*.so"):  # the fixed layer's
+        shutil.copy2(library, package / library.name)
     tested = _run(["-c", ALONE], out, out)
     assert tested.returncode == 0 and "2 passed" in tested.stdout, tested.stdout + tested.stderr
 

@@ -4,8 +4,9 @@ Each kernel source compiles to its own object file, stored under a key that hash
 source, the headers it may include, the flags and the toolchain; the fixed layer compiles
 once per toolchain: the binding layer (``binding.cpp``, the only file that includes torch
 headers) and, for CUDA, the judge's device timer (``judge_timer.cu``, kept in this package,
-never in a workspace); then everything is linked. Editing one kernel recompiles that file
-and relinks.
+never in a workspace), linked once with libtorch into a shared library; each module is the
+kernel objects linked against it (``link.py``). Editing one kernel recompiles that file and
+relinks the module.
 
     from cuda_agent.build import Builder, BuildConfig
     result = Builder(BuildConfig(device="cpu")).build(workspace_dir)
@@ -16,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,14 +26,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from cuda_agent.build import diagnostics, nvcc_split, toolchain
+from cuda_agent.build import diagnostics, link, nvcc_split, toolchain
+from cuda_agent.build.link import MODULE_NAME
 from cuda_agent.build.toolchain import Toolchain, ToolchainError
 from cuda_agent.paths import TEMPLATES, home_dir
 from cuda_agent.results import BuildResult, Diagnostic
 
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
-_UNDEFINED = re.compile(r"undefined reference to `([^'`]+)'")
-MODULE_NAME = "cuda_extension"
 BINDING_LABEL = "binding.cpp (fixed layer, once per toolchain)"
 TIMER_LABEL = "judge_timer.cu (fixed layer, once per toolchain)"
 TIMER_SOURCE = Path(__file__).resolve().parent / "judge_timer.cu"
@@ -105,13 +104,15 @@ class Builder:
         compiled = (*fresh, *(u[0] for u in units if u[1] == "compiled"))
         cached = tuple(u[0] for u in units if u[1] == "cached")
         failed = [u for u in units if u[1] == "failed"]
-        fixed_ok = all(f[1] for f in fixed)
-        ext = None
-        if fixed_ok and not failed:
-            ok, link_log, ext = self._link(chain, [*(f[3] for f in fixed),
-                                                   *(u[2] for u in units)])
-            if not ok:
-                logs.append(link_log)
+        ext = fixed_lib = None
+        if all(f[1] for f in fixed) and not failed:
+            fixed_lib = link.fixed_library(chain, [f[3] for f in fixed], self.cache,
+                                           self._compile)
+            linked = link.module(chain, [u[2] for u in units], fixed_lib.path, self.cache,
+                                 self._compile) if fixed_lib.ok and fixed_lib.path else fixed_lib
+            ext = linked.path
+            if not linked.ok:
+                logs.append(linked.log)
         log = "\n".join(logs)
         diags = diagnostics.parse(log)
         if ext is None and not any(d.severity == "error" for d in diags):
@@ -120,6 +121,12 @@ class Builder:
             out = root / "build"
             out.mkdir(exist_ok=True)
             shutil.copy2(ext, out / f"{MODULE_NAME}{chain.ext_suffix}")
+            if fixed_lib is not None and fixed_lib.path is not None:  # found by $ORIGIN
+                for old in out.glob(f"{link.FIXED_PREFIX}*.so"):
+                    if old.name != fixed_lib.path.name:
+                        old.unlink()
+                if not (out / fixed_lib.path.name).is_file():
+                    shutil.copy2(fixed_lib.path, out / fixed_lib.path.name)
         return BuildResult(ext is not None, self.config.device, str(ext) if ext else None, diags,
                            compiled, cached, time.perf_counter() - start,
                            diagnostics.trim_log(log))
@@ -136,10 +143,10 @@ class Builder:
                 raise ToolchainError(f"fixed layer ({label.split()[0]}) failed to compile:\n"
                                      f"{log}")
             objects.append(obj)
-        ok, log, ext = self._link(chain, objects)
-        if not ok or ext is None:
-            raise ToolchainError(f"tracer module failed to link:\n{log}")
-        return str(ext)
+        linked = link.fixed_library(chain, objects, self.cache, self._compile)
+        if not linked.ok or linked.path is None:
+            raise ToolchainError(f"tracer module failed to link:\n{linked.log}")
+        return str(linked.path)
 
     def _sources(self, root: Path) -> list[Path]:
         kernels = root / "kernels"
@@ -240,29 +247,6 @@ class Builder:
             ok, log = self._compile(cmd, source.parent, obj)
         return ok, log, obj
 
-    def _link(self, chain: Toolchain, objects: list[Path]) -> tuple[bool, str, Path | None]:
-        libs = ["-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"]
-        if chain.device == "cuda":
-            cuda_lib = Path(chain.cuda_home or "") / "lib64"
-            libs += ["-lc10_cuda", "-ltorch_cuda", f"-L{cuda_lib}", "-lcudart", "-lcublas"]
-        # --no-undefined names every unresolved symbol (a launcher declared in a binding but
-        # defined nowhere); --noinhibit-exec still writes the module, since the Python API
-        # symbols are only resolved when the interpreter loads it.
-        cmd = [chain.cxx, "-shared", *map(str, objects), f"-L{chain.torch_lib}",
-               f"-Wl,-rpath,{chain.torch_lib}", *libs, "-fopenmp", "-Wl,--no-undefined",
-               "-Wl,--noinhibit-exec", "-o", "OUT"]
-        key = _hash(chain.fingerprint, " ".join(cmd))
-        out = self.cache / "ext" / key[:32] / f"{MODULE_NAME}{chain.ext_suffix}"
-        if out.exists():
-            return True, "", out
-        ok, log = self._compile(cmd, self.cache, out)
-        missing = sorted({m for m in _UNDEFINED.findall(log) if not m.startswith(("Py", "_Py"))})
-        if missing:
-            out.unlink(missing_ok=True)
-            return False, "".join(f"error: undefined symbol `{m}`: declared but defined in no "
-                                  "kernel source\n" for m in missing), None
-        return ok, "", out if ok else None
-
 
 def _hash(*parts: str | bytes) -> str:
     digest = hashlib.sha256()
@@ -284,12 +268,17 @@ def _locked(path: Path):
 
 
 def load_extension(path: str | Path):
-    """Import a built ``cuda_extension`` module from its file and register it by name."""
+    """Import a built ``cuda_extension`` module from its file and register it by name. The
+    fixed library beside it is loaded first, so that its symbols are bound before the
+    module's own could stand in for them."""
+    import ctypes
     import importlib.util
     import sys
 
     import torch  # noqa: F401  (loads libtorch before the extension)
 
+    for library in sorted(Path(path).parent.glob(f"{link.FIXED_PREFIX}*.so")):
+        ctypes.CDLL(str(library), mode=os.RTLD_LOCAL | os.RTLD_NOW)
     spec = importlib.util.spec_from_file_location(MODULE_NAME, str(path))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot load extension from {path}")

@@ -44,9 +44,23 @@ struct Entry {
   BindingFn fn;
 };
 
-std::map<std::string, Entry>& registry() {
-  static std::map<std::string, Entry> entries;
+using Registry = std::map<std::string, Entry>;
+
+// Bindings registered since the last module init: a module's kernels register while the
+// loader maps it, and its init (which follows at once, under the import lock) takes them.
+// Built modules share this layer as a library, so each module keeps its own registry.
+Registry& pending() {
+  static Registry entries;
   return entries;
+}
+
+std::shared_ptr<const Registry> take_pending() {
+  static std::shared_ptr<const Registry> last = std::make_shared<Registry>();
+  if (!pending().empty()) {  // else: the same module initialised again
+    last = std::make_shared<Registry>(std::move(pending()));
+    pending().clear();
+  }
+  return last;
 }
 
 bool poison_outputs = false;
@@ -145,7 +159,7 @@ Value to_value(const py::handle& obj, size_t index) {
                               std::string(py::str(py::type::handle_of(obj))));
 }
 
-py::object call(const std::string& name, const py::args& args) {
+py::object call(const Registry& registry, const std::string& name, const py::args& args) {
   std::vector<Value> values;
   values.reserve(args.size());
   for (size_t i = 0; i < args.size(); ++i) values.push_back(to_value(args[i], i));
@@ -161,7 +175,7 @@ py::object call(const std::string& name, const py::args& args) {
         break;
       }
 #endif
-    outputs = registry().at(name).fn(Args(std::move(values)));
+    outputs = registry.at(name).fn(Args(std::move(values)));
   }
   if (outputs.size() == 1) return py::cast(unwrap(outputs[0]));
   py::tuple result(outputs.size());
@@ -242,7 +256,7 @@ void* current_stream(const Tensor& like) {
 }
 
 bool register_binding(const char* name, const char* doc, BindingFn fn) {
-  auto [it, inserted] = registry().emplace(name, Entry{doc, std::move(fn)});
+  auto [it, inserted] = pending().emplace(name, Entry{doc, std::move(fn)});
   if (!inserted) throw std::logic_error(std::string("binding registered twice: ") + name);
   return true;
 }
@@ -251,14 +265,16 @@ bool register_binding(const char* name, const char* doc, BindingFn fn) {
 
 PYBIND11_MODULE(cuda_extension, m) {
   m.doc() = "Custom kernels registered by kernels/*_binding.cpp";
-  for (const auto& [name, entry] : cuda_ext::registry()) {
+  auto registry = cuda_ext::take_pending();
+  for (const auto& [name, entry] : *registry) {
     std::string key = name;
-    m.def(key.c_str(), [key](py::args args) { return cuda_ext::call(key, args); },
-          entry.doc.c_str());
+    m.def(key.c_str(), [registry, key](py::args args) {
+      return cuda_ext::call(*registry, key, args);
+    }, entry.doc.c_str());
   }
-  m.def("_bindings", [] {
+  m.def("_bindings", [registry] {
     std::vector<std::string> names;
-    for (const auto& item : cuda_ext::registry()) names.push_back(item.first);
+    for (const auto& item : *registry) names.push_back(item.first);
     return names;
   }, "Names of the registered bindings.");
   m.def("_set_output_poison", [](bool on) { cuda_ext::poison_outputs = on; },
