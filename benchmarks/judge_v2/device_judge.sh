@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The judge's GPU checks, in two calls of under 10 minutes each. Repository root, GPU machine:
 #
-#   bash benchmarks/judge_v2/device_judge.sh tests OUT_DIR   # GPU tests: judge, pool, e2e
+#   bash benchmarks/judge_v2/device_judge.sh tests OUT_DIR   # GPU tests: judge, pool, e2e, link
 #   bash benchmarks/judge_v2/device_judge.sh bench OUT_DIR   # fidelity, then latency
 #   bash benchmarks/judge_v2/device_judge.sh fd OUT_DIR      # cuda-fd transport: probe, tests,
 #        judge latency
@@ -30,7 +30,7 @@ EOF
 case "$PART" in
 tests)
   echo "== GPU tests"
-  timeout 540 python3 -m pytest -q -m gpu tests/judge tests/execution tests/gpu \
+  timeout 540 python3 -m pytest -q -m gpu tests/judge tests/execution tests/gpu tests/build \
     -p no:cacheprovider --timeout 200 -rfEsxX --durations=12 2>&1 | tail -60 \
     | tee "$OUT/gpu_tests.txt"
   ;;

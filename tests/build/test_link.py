@@ -1,6 +1,7 @@
-"""The two-stage link (CPU): the fixed layer once into a library with libtorch, each module
-against it; a module cannot bring its own entry point, and its symbols never stand in for
-the ones the fixed layer calls.
+"""The two-stage link (CPU; CUDA on the GPU machine): the fixed layer once into a library
+with libtorch, each module against it; a module cannot bring the fixed layer's symbols, its
+symbols never stand in for the ones the fixed layer calls, and modules keep their own
+bindings.
 
     pytest -q tests/build/test_link.py
 """
@@ -19,9 +20,11 @@ from cuda_agent.build.link import FIXED_PREFIX
 from tests.conftest import write_solution
 
 
-@pytest.fixture
-def builder() -> Builder:
-    return Builder(BuildConfig(device="cpu"))
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def builder(request) -> Builder:
+    """The CPU toolchain, and (GPU machine) the CUDA one: its fixed library has libtorch_cuda
+    and the device timer; the kernels here are C++ on CPU tensors either way."""
+    return Builder(BuildConfig(device=request.param))
 
 
 def needed(library: str | Path) -> list[str]:
