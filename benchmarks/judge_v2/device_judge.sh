@@ -13,6 +13,10 @@
 #   bash benchmarks/judge_v2/device_judge.sh v8 OUT_DIR      # private-stream probe, (STEPS=1:
 #        build steps and linkers), device timing, CUDA hack and e2e tests, latency, (FIDELITY_S=
 #        seconds [SPIN=n]: fidelity)
+#   bash benchmarks/judge_v2/device_judge.sh nvcc-threads OUT_DIR   # nvcc with and without
+#        --split-compile=0: compile times, then judge latency and judged runtime both ways
+#   bash benchmarks/judge_v2/device_judge.sh latency OUT_DIR   # the judge's GPU tests (judge,
+#        e2e), then judge latency with every phase (ITERS=n edits of each problem)
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -94,6 +98,28 @@ v8)
       --kernelbench "$KB" --parts fidelity --budget-s "$FIDELITY_S" ${SPIN:+--spin $SPIN} 2>&1 \
       | grep -v Warning | tail -30
   fi
+  ;;
+nvcc-threads)
+  for f in benchmarks/kernelbench_l1/40_LayerNorm/kernels/layer_norm.cu \
+      benchmarks/kernelbench_l1/12_Matmul_with_diagonal_matrices_/kernels/diag_matmul.cu; do
+    timeout 150 python3 benchmarks/build/nvcc_split_probe.py "$f" -n 5 --arch 90a \
+      --extra=--split-compile=0 2>&1 | tail -7 | tee -a "$OUT/nvcc_threads.txt"
+  done
+  for flag in --cuda-flag=--split-compile=0 ""; do
+    echo "== latency ${flag:-as built}" | tee -a "$OUT/latency.txt"
+    timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40,12 \
+      --iters "${ITERS:-5}" $flag 2>&1 | grep -v Warning \
+      | grep -E "iter|median|^   (build|candidate|compare) " | tee -a "$OUT/latency.txt"
+  done
+  ;;
+latency)
+  echo "== judge GPU tests"
+  timeout 330 python3 -m pytest -q -m gpu tests/judge tests/gpu/test_cuda_e2e.py \
+    -p no:cacheprovider --timeout 150 -rfEsxX --durations=6 2>&1 | grep -v Warning | tail -20 \
+    | tee "$OUT/gpu_tests.txt"
+  echo "== latency, every phase"
+  timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40,12 \
+    --iters "${ITERS:-5}" 2>&1 | grep -v Warning | tee "$OUT/latency.txt"
   ;;
 cuda-hacks)
   timeout 200 python3 -m pytest -q -m gpu tests/judge/adversarial/test_cuda_hacks.py \

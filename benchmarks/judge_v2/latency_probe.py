@@ -2,6 +2,10 @@
 the phases (judge steps and worker stages). GPU machine, repository root:
 
     PYTHONPATH=src python3 benchmarks/judge_v2/latency_probe.py --kernelbench KB.jsonl
+
+``--cuda-flag F`` (repeatable) adds F to every nvcc compile (``BuildConfig.extra_cuda_cflags``);
+each judgement's line also gives the candidate's judged runtime, to see a flag's effect on the
+kernel as well as on the build.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ CANDIDATES = {12: "12_Matmul_with_diagonal_matrices_", 40: "40_LayerNorm",
 
 
 def main() -> int:
+    from cuda_agent.build.builder import BuildConfig
     from cuda_agent.judge.candidate import Candidate
     from cuda_agent.judge.config import JudgeConfig
     from cuda_agent.judge.judge import Judge
@@ -29,8 +34,11 @@ def main() -> int:
     parser.add_argument("--kernelbench", type=Path, default=ROOT / ".bench/kernelbench.jsonl")
     parser.add_argument("--iters", type=int, default=3)
     parser.add_argument("--ids", default="12,40,10")
+    parser.add_argument("--cuda-flag", action="append", default=[],
+                        help="added to every nvcc compile (repeatable)")
     args = parser.parse_args()
-    judge = Judge(JudgeConfig(device="cuda", keep_warm=True))
+    build = BuildConfig(extra_cuda_cflags=tuple(args.cuda_flag))
+    judge = Judge(JudgeConfig(device="cuda", keep_warm=True, build=build))
     for pid in map(int, args.ids.split(",")):
         task = load_task(f"{args.kernelbench}::1/{pid}")
         work = Path(tempfile.mkdtemp()) / "ws"
@@ -43,7 +51,8 @@ def main() -> int:
             start = time.perf_counter()
             result = judge.judge(task, Candidate.from_ref(work))
             wall = time.perf_counter() - start
-            print(f"1/{pid} iter {i}: {wall:.2f} s reward {result.reward} "
+            runtime = f"{result.runtime_ms:.4f} ms" if result.runtime_ms else "-"
+            print(f"1/{pid} iter {i}: {wall:.2f} s reward {result.reward} runtime {runtime} "
                   f"{'; '.join(result.reasons)[:200]}", flush=True)
             if i:  # iteration 0 fills the baseline cache
                 walls.append(wall)

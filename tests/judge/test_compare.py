@@ -61,3 +61,30 @@ def test_norm_check_only_from_norm_from():
     zeros = torch.zeros_like(ref)
     assert compare_trials([[ref], [ref]], [[zeros], [ref]], norm_from=1).correct
     assert not compare_trials([[ref], [ref]], [[ref], [zeros]], norm_from=1).correct
+
+
+def test_checks_leave_float64_references_and_outputs_unchanged():
+    from cuda_agent.judge.compare import precision_budget
+
+    ref = torch.linspace(-2, 2, 1000, dtype=torch.float64)
+    out = ref + 1e-9
+    kept_ref, kept_out = ref.clone(), out.clone()
+    assert compare_trials([[ref]], [[out]]).correct
+    problems, err, _ = precision_budget([[ref.float()]], [[ref]], [[out]], "fp32")
+    assert not problems and err > 0
+    assert torch.equal(ref, kept_ref) and torch.equal(out, kept_out)
+
+
+def test_fast_and_masked_paths_agree():
+    torch.manual_seed(0)
+    ref = torch.randn(4096)
+    out = ref + 1e-3 * torch.randn(4096)
+    out[0] = ref[0]  # the element the masked twin replaces by a shared infinity
+    fast = compare_trials([[ref]], [[out]], norm_from=1)
+    ref_inf, out_inf = ref.clone(), out.clone()
+    ref_inf[0] = out_inf[0] = float("inf")  # one shared infinity: the masked path
+    masked = compare_trials([[ref_inf]], [[out_inf]], norm_from=1)
+    assert fast.correct == masked.correct
+    assert abs(fast.max_abs_error - masked.max_abs_error) < 1e-6
+    assert fast.reasons and "elements outside" in fast.reasons[0]
+    assert masked.reasons[0].split(" of ")[0] == fast.reasons[0].split(" of ")[0]

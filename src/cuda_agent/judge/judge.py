@@ -14,11 +14,13 @@ here. See docs/judge.md.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import tempfile
 import time
 import weakref
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +134,11 @@ class Judge:
         if problems:
             return verdict.fail(*(f"static check: {p}" for p in problems))
         plan = JudgePlan(cfg, task, self.device, seed, tmp)
-        workers = self._spares[:] if len(self._spares) == 2 else self._pair()
-        self._spares.clear()
-        if self.config.keep_warm:  # the next pair starts up while this judgement runs
-            self._spares.extend(self._pair())
+        with verdict.phase("workers"):
+            workers = self._spares[:] if len(self._spares) == 2 else self._pair()
+            self._spares.clear()
+            if self.config.keep_warm:  # the next pair starts up while this judgement runs
+                self._spares.extend(self._pair())
         verdict.isolation = confine.isolation(workers[1])
         try:
             return self._run(verdict, plan, snapshot, candidate.kind, workers, profile)
@@ -145,50 +148,54 @@ class Judge:
 
     def _run(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
              workers: list[Worker], profile: bool) -> JudgeResult:
-        cfg, ref_worker = self.config, workers[0]
+        cfg, (ref_worker, cand_worker) = self.config, workers
         cached = plan.cached_baselines() if cfg.time else None
         measure = cfg.time and cached is None
-        # with nothing to time, the reference runs on the device while the kernels build
-        # (not when the GPU is shared: it runs in this judge's turn)
+        # with nothing to time, the reference runs on the device while the kernels build, and
+        # is collected there too (not when the GPU is shared: it runs in this judge's turn)
         early = not measure and cfg.gpu_lock is None
-        if early:
-            ref_worker.start(plan.job("reference", time=False), hold=True)
-        if kind == "workspace":
-            with verdict.phase("build"):
-                verdict.build = self.builder.build(snapshot)
-            if not verdict.build.ok:
-                first = "; ".join(str(d) for d in verdict.build.errors[:3]) or "see log"
-                return verdict.fail(f"build failed: {first}")
-        if cfg.gpu_lock is None:
-            return self._run_on_gpu(verdict, plan, snapshot, kind, workers, profile, cached,
-                                    early)
-        with verdict.phase("gpu_wait"):
-            for worker in workers:  # interpreter start-up is CPU work: not in the turn
-                worker.wait_idle(cfg.process_timeout_s)
-            self._turn.acquire()
-        held = time.perf_counter()
-        try:
-            result = self._run_on_gpu(verdict, plan, snapshot, kind, workers, profile, cached,
-                                      early)
-        finally:
-            self._turn.release()
-        held = time.perf_counter() - held  # the verdict's phases are final by now
-        return dataclasses.replace(result, phases=(*result.phases, ("gpu_held", held)))
+        with contextlib.ExitStack() as stack:
+            ahead = None
+            if early:
+                ref_worker.start(plan.job("reference", time=False), hold=True)
+                helper = stack.enter_context(ThreadPoolExecutor(1, "judge-reference"))
+                ahead = helper.submit(self._reference, verdict, plan, ref_worker, None)
+                stack.callback(_stop_unless_done, ahead, ref_worker)  # before the join
+            if self.device.startswith("cuda") and cfg.gpu_lock is None:
+                cand_worker.prepare(self.device)  # its CUDA context, during the build
+            if kind == "workspace":
+                with verdict.phase("build"):
+                    verdict.build = self.builder.build(snapshot)
+                if not verdict.build.ok:
+                    first = "; ".join(str(d) for d in verdict.build.errors[:3]) or "see log"
+                    return verdict.fail(f"build failed: {first}")
+            if cfg.gpu_lock is None:
+                return self._run_on_gpu(verdict, plan, snapshot, kind, workers, profile,
+                                        cached, ahead)
+            with verdict.phase("gpu_wait"):
+                for worker in workers:  # interpreter start-up is CPU work: not in the turn
+                    worker.wait_idle(cfg.process_timeout_s)
+                self._turn.acquire()
+            held = time.perf_counter()
+            try:
+                result = self._run_on_gpu(verdict, plan, snapshot, kind, workers, profile,
+                                          cached, ahead)
+            finally:
+                self._turn.release()
+            held = time.perf_counter() - held  # the verdict's phases are final by now
+            return dataclasses.replace(result, phases=(*result.phases, ("gpu_held", held)))
 
-    def _run_on_gpu(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
-                    workers: list[Worker], profile: bool, cached: Any, early: bool
-                    ) -> JudgeResult:
-        cfg, task = self.config, plan.task
-        ref_worker, cand_worker = workers
-        measure = cfg.time and cached is None
+    def _reference(self, verdict: Verdict, plan: JudgePlan, ref_worker: Worker,
+                   job: dict[str, Any] | None) -> tuple[WorkerOutcome, dict[str, Any]]:
+        """Wait for the reference (starting ``job`` first, if given), collect its outputs and
+        end its process."""
         with verdict.phase("reference"):
-            if not early:
-                ref_worker.start(plan.job("reference", time=measure, bandwidth=measure,
-                                          tracer=self._timer()), hold=True)
-            ref = ref_worker.wait(cfg.process_timeout_s)
+            if job is not None:
+                ref_worker.start(job, hold=True)
+            ref = ref_worker.wait(self.config.process_timeout_s)
         verdict.worker_stages("reference", ref.result)
         if not ref.ok:
-            raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
+            raise JudgeError(f"reference failed for task {plan.task.name}: {ref.failure}\n"
                              f"{ref.stderr_tail[-800:]}")
         reduced = plan.keep(ref.result.get("kept"))
         if reduced:
@@ -196,6 +203,20 @@ class Judge:
         with verdict.phase("collect_reference"):
             reference = plan.collect_reference(ref, ref_worker)
         ref_worker.close()
+        return ref, reference
+
+    def _run_on_gpu(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
+                    workers: list[Worker], profile: bool, cached: Any, ahead: Future | None
+                    ) -> JudgeResult:
+        cfg, task = self.config, plan.task
+        ref_worker, cand_worker = workers
+        measure = cfg.time and cached is None
+        if ahead is not None:
+            with verdict.phase("reference_join"):  # started before the build
+                ref, reference = ahead.result()
+        else:
+            ref, reference = self._reference(verdict, plan, ref_worker, plan.job(
+                "reference", time=measure, bandwidth=measure, tracer=self._timer()))
         with verdict.phase("baselines"):
             base = cached or self._measure_baselines(plan, ref)
         extension = verdict.build.extension_path if verdict.build else None
@@ -286,6 +307,13 @@ class Judge:
         if cfg.time and cfg.cache_baselines and eager is not None:
             baseline_cache.store(plan.baseline_key, base)
         return base
+
+def _stop_unless_done(ahead: Future, worker: Worker) -> None:
+    """Leaving early (a failed build): kill a reference still running, so its helper's
+    wait ends now rather than when the reference finishes."""
+    if not ahead.done():
+        worker.kill()
+
 
 def _close_all(workers: list[Worker]) -> None:
     while workers:

@@ -121,6 +121,18 @@ class Worker:
         """Wait until the worker has started and preloaded (it then waits for its job)."""
         return self._idle.wait(timeout_s)
 
+    def prepare(self, device: str) -> None:
+        """Before the job: have the worker initialise ``device`` (a CUDA context takes a
+        tenth of a second or more) while the judge still builds."""
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self.proc.stdin.write((json.dumps({"prepare": device}) + "\n").encode())
+            self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        """Kill the worker's process group at once; whoever waits on it sees it end."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+
     def start(self, job: dict[str, Any], hold: bool = False) -> None:
         """Send ``job``; the worker begins at once."""
         self._hold = hold
@@ -160,6 +172,8 @@ class Worker:
         """End the worker (it exits once its stdin closes), kill what is left of its session
         and pid namespace (then nothing of it can write its output pack any more); return
         how many other processes it had left running."""
+        if self.ended:
+            return self._leftover or 0
         if self._leftover is None and self.proc.poll() is None:
             self._leftover = self._count_leftovers()  # before the worker's exit hides them
         if self.proc.poll() is None and self._hold:

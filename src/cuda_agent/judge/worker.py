@@ -147,6 +147,11 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         result["stage_at"]["preloaded"] = time.time()
         mark("idle")
         job = json.loads(sys.stdin.readline())
+        if "prepare" in job:  # the device first, while the judge builds; then the job
+            if str(job["prepare"]).startswith("cuda"):
+                torch.cuda.init()
+            result["stage_at"]["prepared"] = time.time()
+            job = json.loads(sys.stdin.readline())
         result["stage_at"]["job"] = time.time()
         if job["device"].startswith("cuda"):
             torch.cuda.init()
