@@ -16,7 +16,7 @@
 #   bash benchmarks/judge_v2/device_judge.sh nvcc-threads OUT_DIR   # nvcc with and without
 #        --split-compile=0: compile times, then judge latency and judged runtime both ways
 #   bash benchmarks/judge_v2/device_judge.sh latency OUT_DIR   # the judge's GPU tests (judge,
-#        e2e), then judge latency with every phase (ITERS=n edits of each problem)
+#        e2e, lent packs), then judge latency with every phase (ITERS=n edits of each problem)
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -115,6 +115,7 @@ nvcc-threads)
 latency)
   echo "== judge GPU tests"
   timeout 330 python3 -m pytest -q -m gpu tests/judge tests/gpu/test_cuda_e2e.py \
+    tests/gpu/test_cuda_fd.py \
     -p no:cacheprovider --timeout 150 -rfEsxX --durations=6 2>&1 | grep -v Warning | tail -20 \
     | tee "$OUT/gpu_tests.txt"
   echo "== latency, every phase"

@@ -89,6 +89,26 @@ def test_build_error_is_reported_with_line(scale_add_task: Path, workspace: Path
     assert result.build.errors[0].line is not None
 
 
+def test_a_failed_build_does_not_wait_for_a_slow_reference(tmp_path: Path, workspace: Path):
+    """The reference runs beside the build (nothing to time): when the build fails, the
+    judge kills it rather than waiting for it, and no process of it is left."""
+    import time
+
+    from tests.conftest import SCALE_ADD_TASK
+
+    slow = tmp_path / "slow.py"
+    slow.write_text(SCALE_ADD_TASK.replace("        return self.alpha * x + y",
+                                           "        import time\n        time.sleep(60)\n"
+                                           "        return self.alpha * x + y"))
+    kernel = workspace / "kernels" / "scale_add.cpp"
+    kernel.write_text(kernel.read_text().replace("alpha * x[i]", "alpha * nope[i]"))
+    judge_ = Judge(CHECK_ONLY)
+    start = time.monotonic()
+    result = judge_.judge(load_task(slow), Candidate.from_ref(workspace))
+    assert time.monotonic() - start < 30
+    assert result.reward == -1 and result.reasons[0].startswith("build failed")
+
+
 def test_segfault_does_not_take_the_judge_down(scale_add_task: Path, workspace: Path):
     kernel = workspace / "kernels" / "scale_add.cpp"
     kernel.write_text(kernel.read_text().replace(

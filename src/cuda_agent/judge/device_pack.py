@@ -121,6 +121,11 @@ def receive(job: dict[str, Any]) -> None:
         _IMPORTED["error"] = f"cannot map the device pack: {type(exc).__name__}: {exc}"
 
 
+def received() -> bool:
+    """Whether ``receive`` ran in this worker (mapped or not)."""
+    return bool(_IMPORTED)
+
+
 def imported() -> tuple[DeviceMemory | None, str]:
     """This worker's mapping of its device pack, or None and why there is none."""
     return _IMPORTED.get("memory"), _IMPORTED.get("error", "no device pack was received")

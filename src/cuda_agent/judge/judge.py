@@ -4,7 +4,8 @@
 
 The reference, the torch.compile baseline and the candidate each run in a fresh process
 (started at once, so their start-up overlaps the build; with baselines cached the reference
-runs during the build). The candidate's job has no reference ``Model``, and its process is
+runs, is collected and ended during the build, and the candidate's worker is staged then).
+The candidate's job has no reference ``Model``, and its process is
 confined (``confine``: read-only file system, private /tmp, no network, own pid namespace).
 Each worker packs its outputs into one buffer (device memory shared by CUDA IPC, device
 memory this process lent the confined candidate, a sealed memory file, or a file) that this
@@ -158,11 +159,12 @@ class Judge:
             ahead = None
             if early:
                 ref_worker.start(plan.job("reference", time=False), hold=True)
-                helper = stack.enter_context(ThreadPoolExecutor(1, "judge-reference"))
-                ahead = helper.submit(self._reference, verdict, plan, ref_worker, None)
-                stack.callback(_stop_unless_done, ahead, ref_worker)  # before the join
             if self.device.startswith("cuda") and cfg.gpu_lock is None:
                 cand_worker.prepare(self.device)  # its CUDA context, during the build
+            if early:
+                helper = stack.enter_context(ThreadPoolExecutor(1, "judge-reference"))
+                ahead = helper.submit(self._ahead, verdict, plan, snapshot, kind, workers)
+                stack.callback(_stop_unless_done, ahead, ref_worker)  # before the join
             if kind == "workspace":
                 with verdict.phase("build"):
                     verdict.build = self.builder.build(snapshot)
@@ -184,6 +186,22 @@ class Judge:
                 self._turn.release()
             held = time.perf_counter() - held  # the verdict's phases are final by now
             return dataclasses.replace(result, phases=(*result.phases, ("gpu_held", held)))
+
+    def _ahead(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
+               workers: list[Worker]) -> tuple[WorkerOutcome, dict[str, Any], dict[str, Any]]:
+        """Beside the build: the reference run, collected and ended, then the candidate's
+        worker staged, its device pack lent and mapped (``Worker.prepare``)."""
+        ref, reference = self._reference(verdict, plan, workers[0], None)
+        staged = self._stage(verdict, plan, snapshot, kind, workers[1], reference)
+        if self.device.startswith("cuda"):
+            workers[1].prepare(self.device, staged)
+        return ref, reference, staged
+
+    def _stage(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
+               worker: Worker, reference: dict[str, Any]) -> dict[str, Any]:
+        with verdict.phase("stage_candidate"):
+            return confine.stage_candidate(worker, snapshot, plan.tmp / "state.pt", kind,
+                                           self.device, plan.pack_bytes(reference))
 
     def _reference(self, verdict: Verdict, plan: JudgePlan, ref_worker: Worker,
                    job: dict[str, Any] | None) -> tuple[WorkerOutcome, dict[str, Any]]:
@@ -213,17 +231,16 @@ class Judge:
         measure = cfg.time and cached is None
         if ahead is not None:
             with verdict.phase("reference_join"):  # started before the build
-                ref, reference = ahead.result()
+                ref, reference, staged = ahead.result()
         else:
             ref, reference = self._reference(verdict, plan, ref_worker, plan.job(
                 "reference", time=measure, bandwidth=measure, tracer=self._timer()))
         with verdict.phase("baselines"):
             base = cached or self._measure_baselines(plan, ref)
+        if ahead is None:
+            staged = self._stage(verdict, plan, snapshot, kind, cand_worker, reference)
         extension = verdict.build.extension_path if verdict.build else None
         tracer = None if extension else self.builder.build_tracer()
-        with verdict.phase("stage_candidate"):
-            staged = confine.stage_candidate(cand_worker, snapshot, plan.tmp / "state.pt",
-                                             kind, self.device, plan.pack_bytes(reference))
         with verdict.phase("candidate"):
             cand = cand_worker.run(plan.job("candidate", extension=extension, tracer=tracer,
                                             profile=profile, **staged),

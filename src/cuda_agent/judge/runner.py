@@ -63,7 +63,8 @@ class Worker:
     dispatch-mode trace imports), so it can be started ahead of time (a spare) and given its
     job later. With ``hold`` the worker reports, signals ``ready`` and stays alive
     (its output pack stays mapped) until ``end`` or ``close``. A confined worker given a
-    ``device_pack`` (a ``DeviceMemory``) before its job is sent receives it with the job.
+    ``device_pack`` (a ``DeviceMemory``) before its job is sent receives it with the job
+    (or with ``prepare``).
     """
 
     def __init__(self, memory_limit_bytes: int | None = None, root: Path | None = None,
@@ -82,6 +83,7 @@ class Worker:
         self.pack_fd: int | None = None
         self.device_pack = None  # a cuda_vmm.DeviceMemory lent with the job (confined only)
         self._pack_sock = worker_sock = None
+        self._lent = False  # the device pack's descriptor was passed
         fds = [write_fd]
         if prefix:
             self.pack_fd = shared_pack.create(confine.pack_bytes)
@@ -121,12 +123,27 @@ class Worker:
         """Wait until the worker has started and preloaded (it then waits for its job)."""
         return self._idle.wait(timeout_s)
 
-    def prepare(self, device: str) -> None:
+    def prepare(self, device: str, fields: dict[str, Any] | None = None) -> None:
         """Before the job: have the worker initialise ``device`` (a CUDA context takes a
-        tenth of a second or more) while the judge still builds."""
-        with contextlib.suppress(BrokenPipeError, OSError):
-            self.proc.stdin.write((json.dumps({"prepare": device}) + "\n").encode())
+        tenth of a second or more) while the judge still builds; with ``fields`` naming a
+        ``cuda-fd`` pack (``confine.stage_candidate``'s), the lent pack goes now and is
+        mapped then, not with the job."""
+        line = {"prepare": device}
+        try:
+            if fields is not None and self._lend(fields):
+                line.update({k: fields[k] for k in ("pack", "pack_bytes", "pack_device")})
+            self.proc.stdin.write((json.dumps(line) + "\n").encode())
             self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def _lend(self, job: dict[str, Any]) -> bool:
+        """Pass the device pack's descriptor once, if ``job`` names it; True if it went now."""
+        if self.device_pack is None or job.get("pack") != "cuda-fd" or self._lent:
+            return False
+        self._lent = True
+        device_pack.send(self._pack_sock, self.device_pack)
+        return True
 
     def kill(self) -> None:
         """Kill the worker's process group at once; whoever waits on it sees it end."""
@@ -137,8 +154,7 @@ class Worker:
         """Send ``job``; the worker begins at once."""
         self._hold = hold
         try:
-            if self.device_pack is not None and job.get("pack") == "cuda-fd":
-                device_pack.send(self._pack_sock, self.device_pack)
+            self._lend(job)
             self.proc.stdin.write((json.dumps({**job, "hold": hold}) + "\n").encode())
             self.proc.stdin.flush()
             if not hold:

@@ -133,6 +133,19 @@ def preload(trace: bool = True) -> None:
         torch.ones(2).add_(1)
 
 
+def prepare(line: dict[str, Any]) -> None:
+    """A ``prepare`` line: make the device's context now (not at the first allocation) and
+    map a device pack lent with it."""
+    device = str(line["prepare"])
+    if device.startswith("cuda"):
+        torch.cuda.init()
+        torch.cuda.synchronize(device)
+    if line.get("pack") == "cuda-fd":
+        from cuda_agent.judge import device_pack
+
+        device_pack.receive(line)
+
+
 def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
     out = Path(out_dir)
     fd = int(mark_fd)
@@ -147,9 +160,8 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         result["stage_at"]["preloaded"] = time.time()
         mark("idle")
         job = json.loads(sys.stdin.readline())
-        if "prepare" in job:  # the device first, while the judge builds; then the job
-            if str(job["prepare"]).startswith("cuda"):
-                torch.cuda.init()
+        while "prepare" in job:  # the device (and pack) first, while the judge builds
+            prepare(job)
             result["stage_at"]["prepared"] = time.time()
             job = json.loads(sys.stdin.readline())
         result["stage_at"]["job"] = time.time()
@@ -158,7 +170,8 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         if job.get("pack") == "cuda-fd":  # mapped before any candidate code runs
             from cuda_agent.judge import device_pack
 
-            device_pack.receive(job)
+            if not device_pack.received():
+                device_pack.receive(job)
         run(job, out, result, mark)
         result["stage_at"]["done"] = time.time()
         result["ok"] = True
