@@ -17,6 +17,8 @@
 #        --split-compile=0: compile times, then judge latency and judged runtime both ways
 #   bash benchmarks/judge_v2/device_judge.sh latency OUT_DIR   # the judge's GPU tests (judge,
 #        e2e, lent packs), then judge latency with every phase (ITERS=n edits of each problem)
+#   bash benchmarks/judge_v2/device_judge.sh spares OUT_DIR   # judge latency with the next
+#        workers starting during each judgement (keep_warm) and between judgements
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -121,6 +123,15 @@ latency)
   echo "== latency, every phase"
   timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40,12 \
     --iters "${ITERS:-5}" 2>&1 | grep -v Warning | tee "$OUT/latency.txt"
+  ;;
+spares)
+  for way in "" --spares-between; do
+    echo "== latency ${way:-keep_warm}" | tee -a "$OUT/latency.txt"
+    timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40,12 \
+      --iters "${ITERS:-5}" $way 2>&1 | grep -v Warning \
+      | grep -E "iter|median|^   (build|candidate|compare|reference_join) " \
+      | tee -a "$OUT/latency.txt"
+  done
   ;;
 cuda-hacks)
   timeout 200 python3 -m pytest -q -m gpu tests/judge/adversarial/test_cuda_hacks.py \

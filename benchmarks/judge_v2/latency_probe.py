@@ -3,9 +3,11 @@ the phases (judge steps and worker stages). GPU machine, repository root:
 
     PYTHONPATH=src python3 benchmarks/judge_v2/latency_probe.py --kernelbench KB.jsonl
 
-``--cuda-flag F`` (repeatable) adds F to every nvcc compile (``BuildConfig.extra_cuda_cflags``);
-each judgement's line also gives the candidate's judged runtime, to see a flag's effect on the
-kernel as well as on the build.
+``--spares-between`` starts each judgement's workers before it (while the agent would think)
+instead of while the previous one runs, to see what their start-up costs the judgement it
+overlaps. ``--cuda-flag F`` (repeatable) adds F to every nvcc compile
+(``BuildConfig.extra_cuda_cflags``); each judgement's line also gives the candidate's judged
+runtime, to see a flag's effect on the kernel as well as on the build.
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ def main() -> int:
     parser.add_argument("--ids", default="12,40,10")
     parser.add_argument("--cuda-flag", action="append", default=[],
                         help="added to every nvcc compile (repeatable)")
+    parser.add_argument("--spares-between", action="store_true",
+                        help="start the next judgement's workers between judgements, not "
+                        "while one runs (keep_warm off, Judge.warm() before each)")
     args = parser.parse_args()
     build = BuildConfig(extra_cuda_cflags=tuple(args.cuda_flag))
-    judge = Judge(JudgeConfig(device="cuda", keep_warm=True, build=build))
+    judge = Judge(JudgeConfig(device="cuda", keep_warm=not args.spares_between, build=build))
     for pid in map(int, args.ids.split(",")):
         task = load_task(f"{args.kernelbench}::1/{pid}")
         work = Path(tempfile.mkdtemp()) / "ws"

@@ -113,6 +113,33 @@ def test_split_object_matches_plain_nvcc(tmp_path: Path):
         assert pointers == [start]
 
 
+def test_anonymous_namespace_kernels_differ_from_plain_nvcc_by_the_module_id_alone(
+        tmp_path: Path):
+    """The module id names the anonymous namespace; ours is written before the stages run
+    (so cicc need not wait for cudafe++) and hashes the source's absolute path."""
+    text = _kernels("k").replace("__global__", "namespace {\n__global__", 1).replace(
+        "extern \"C\"", "}  // namespace\nextern \"C\"", 1)
+    source = _source(tmp_path, "k.cu", text)
+    done = _split(tmp_path, _command(source, tmp_path / "split.o"))
+    assert done.ok and done.fallback is None, done
+    plain = nvcc_split.run_command(_command(source, tmp_path / "plain.o"), tmp_path, 300)
+    assert plain.ok, plain.log
+    ours = nvcc_split.module_identifier(str(tmp_path / source))
+    fatbin, plain_fatbin = _fatbin_bytes(tmp_path / "split.o"), _fatbin_bytes(tmp_path / "plain.o")
+    # the namespace's mangled name: length, "_GLOBAL__N_", module id
+    found = re.search(rb"_ZN(\d+)_GLOBAL__N_", plain_fatbin)
+    assert found
+    start = found.end()
+    theirs = plain_fatbin[start:start + int(found[1]) - len("_GLOBAL__N_")]
+    assert theirs.startswith(b"_") and b"_4_k_cu_" in theirs  # "_HASH_4_k_cu_..."
+    assert theirs.decode() != ours and ours.encode() in fatbin and theirs not in fatbin
+    assert len(theirs) == len(ours)  # for this source: then the bytes can be compared
+    assert fatbin == plain_fatbin.replace(theirs, ours.encode())
+    host_globals = {g.replace(theirs.decode(), ours) for g in _globals(tmp_path / "plain.o")}
+    assert _globals(tmp_path / "split.o") == host_globals
+    _link([tmp_path / "split.o"], tmp_path / "libsplit.so")
+
+
 def test_two_split_objects_link_into_one_library(tmp_path: Path):
     objects = []
     for name in ("a", "b"):

@@ -5,7 +5,11 @@ id), the device preprocessor, cicc (device compiler; reads the module id, writes
 stub and the PTX), ptxas, fatbinary and the host compile of cudafe++'s output. The host
 compile needs the device code only as the ``fatbinData`` array of ``x.fatbin.c``, so it is
 given a stand-in ``x.fatbin.c`` that declares the array under a unique hidden name and runs
-beside ptxas and fatbinary; the device preprocessor runs beside the host one and cudafe++.
+beside ptxas and fatbinary. The module id (which names the translation unit's anonymous
+namespace on both sides, in host symbols too) is written here before anything runs, from
+the source's absolute path as nvcc's own is, and cudafe++ reads it instead of writing it; so
+cicc, behind the device preprocessor alone, runs beside the host preprocessor and cudafe++.
+The object differs from plain nvcc's by that id alone.
 The real fatbin is assembled into a small object of its own, merged with ``ld -r`` and its
 symbol made local: one object with the same ``.nv_fatbin`` bytes and global symbols as
 plain nvcc's.
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import queue
 import re
@@ -35,12 +40,12 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-CACHE_MARKER = "nvcc-split/1"
+CACHE_MARKER = "nvcc-split/2"
 """Enters the cache key of objects built here, so they never mix with plain nvcc's."""
 NVCC_ORDER = ("host-cpp", "cudafe", "device-cpp", "cicc", "ptxas", "fatbinary", "host-cc")
 DEPENDS: dict[str, tuple[str, ...]] = {
     "host-cpp": (), "cudafe": ("host-cpp",), "device-cpp": (),
-    "cicc": ("cudafe", "device-cpp"),  # cicc reads the module id that cudafe++ writes
+    "cicc": ("device-cpp",),  # the module id it reads is written before any stage runs
     "ptxas": ("cicc",), "fatbinary": ("ptxas",),
     "host-cc": ("cudafe", "cicc"),  # cicc writes the stub the host compile includes
     "fatbin-obj": ("fatbinary",), "merge": ("host-cc", "fatbin-obj"), "localize": ("merge",)}
@@ -155,6 +160,11 @@ def plan_stages(dry_run: str, keep: Path, obj: str) -> Plan:
     stand_in = Path(stub).parent / include
     if Path(embedded) != stand_in or keep != stand_in.parent or keep != Path(fatbin).parent:
         raise PlanError("fatbin.c is not where the host stub includes it from")
+    module_id = _option(cudafe, "--module_id_file_name")
+    source = _option(cudafe, "--orig_src_path_name")
+    if not module_id or not source or Path(module_id).parent != keep:
+        raise PlanError("the module id file is not in the stages' folder")
+    by["cudafe"] = [a for a in cudafe if a != "--gen_module_id_file"]  # it reads ours
     symbol, nvcc_c = f"__cuda_agent_fatbin_{uuid.uuid4().hex}", keep / "nvcc.fatbin.c"
     by["fatbinary"] = [f"--embedded-fatbin={nvcc_c}" if a == f"--embedded-fatbin={embedded}"
                        else a for a in fatbinary]
@@ -168,9 +178,18 @@ def plan_stages(dry_run: str, keep: Path, obj: str) -> Plan:
     by["localize"] = [_tool("objcopy", path), f"--localize-symbol={symbol}", obj]
     files = ((stand_in, _HEAD + _TAIL.format(name=symbol, size="",
                                              attr=' __attribute__((visibility("hidden")))')),
-             (keep / "fatbin.s", _FATBIN_ASM.format(symbol=symbol, fatbin=fatbin)))
+             (keep / "fatbin.s", _FATBIN_ASM.format(symbol=symbol, fatbin=fatbin)),
+             (Path(module_id), module_identifier(source)))
     stages = tuple(Stage(kind, tuple(argv), DEPENDS[kind]) for kind, argv in by.items())
     return Plan(stages, tuple(env.items()), files, Path(fatbin), nvcc_c)
+
+
+def module_identifier(source: str) -> str:
+    """The module id of ``source`` (its absolute path), in nvcc's layout:
+    ``_HASH_LENGTH_NAME_HASH``; unique per path, as nvcc's is."""
+    digest = hashlib.sha256(f"cuda-agent module id\0{source}".encode()).hexdigest()
+    name = Path(source).name
+    return f"_{digest[:8]}_{len(name)}_{re.sub(r'[^A-Za-z0-9]', '_', name)}_{digest[8:16]}"
 
 
 def _dry_run(cmd: Sequence[str], cwd: Path, keep: Path, timeout_s: float) -> str:
