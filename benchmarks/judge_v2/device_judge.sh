@@ -15,8 +15,8 @@
 #        seconds [SPIN=n]: fidelity)
 #   bash benchmarks/judge_v2/device_judge.sh nvcc-threads OUT_DIR   # nvcc with and without
 #        --split-compile=0: compile times, then judge latency and judged runtime both ways
-#   bash benchmarks/judge_v2/device_judge.sh latency OUT_DIR   # the judge's GPU tests (judge,
-#        e2e, lent packs), then judge latency with every phase (ITERS=n edits of each problem)
+#   bash benchmarks/judge_v2/device_judge.sh latency OUT_DIR   # nvcc split probe, the judge's
+#        GPU tests (judge, e2e, lent packs), then judge latency with every phase (ITERS=n edits of each problem)
 #   bash benchmarks/judge_v2/device_judge.sh spares OUT_DIR   # judge latency with the next
 #        workers starting during each judgement (keep_warm) and between judgements
 #
@@ -115,6 +115,12 @@ nvcc-threads)
   done
   ;;
 latency)
+  echo "== nvcc stages as a graph"
+  for f in benchmarks/kernelbench_l1/40_LayerNorm/kernels/layer_norm.cu \
+      benchmarks/kernelbench_l1/12_Matmul_with_diagonal_matrices_/kernels/diag_matmul.cu; do
+    timeout 100 python3 benchmarks/build/nvcc_split_probe.py "$f" -n 5 --arch 90a 2>&1 \
+      | tail -5 | tee -a "$OUT/nvcc_split.txt"
+  done
   echo "== judge GPU tests"
   timeout 330 python3 -m pytest -q -m gpu tests/judge tests/gpu/test_cuda_e2e.py \
     tests/gpu/test_cuda_fd.py \
