@@ -4,6 +4,7 @@ not take the judge down."""
 
 from __future__ import annotations
 
+import os
 import textwrap
 from pathlib import Path
 
@@ -280,9 +281,12 @@ def test_warm_judge_reuses_prestarted_workers_and_stops_them(scale_add_task: Pat
         first = warm.judge(task, candidate)
         spares = [w.proc for w in warm._spares]
         assert len(spares) == 2 and all(p.poll() is None for p in spares)
+        before = _uptime()
         second = warm.judge(task, candidate)
         assert all(p.poll() is not None for p in spares)  # used up, then ended
         fresh = [w.proc for w in warm._spares]
+        # on the CPU the next pair starts when a judgement ends, not beside its timed calls
+        assert all(_started(p.pid) >= before + 0.5 * second.seconds for p in fresh)
     assert first.correct and second.correct, (first.reasons, second.reasons)
     assert all(p.poll() is not None for p in fresh)  # close() stopped the new spares
     phases = dict(second.phases)
@@ -390,3 +394,13 @@ def test_a_reference_without_a_float64_twin_is_not_called_over_budget(tmp_path: 
     assert result.correct, result.reasons
     assert any("float64 reference unavailable" in f for f in result.flags), result.flags
     assert not any("output budget" in f for f in result.flags), result.flags
+
+
+def _uptime() -> float:
+    return float(Path("/proc/uptime").read_text().split()[0])
+
+
+def _started(pid: int) -> float:
+    """When process ``pid`` started, in seconds since boot (as ``_uptime``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")

@@ -76,7 +76,8 @@ class JudgeConfig(BaseModel):
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "
-        "interpreter start-up (call Judge.close() when done).")
+        "interpreter start-up (call Judge.close() when done). On the CPU they start when a "
+        "judgement ends: their start-up would compete with its build and timed calls.")
     confine: Literal["auto", "on", "off"] = Field(
         "auto", description="Confine the candidate's process in namespaces of its own "
         "(read-only file system, private /tmp, no network, own pid namespace). 'auto': where "

@@ -57,8 +57,9 @@ def resolve_device(device: str) -> str:
 class Judge:
     """Stateless apart from its config and its spare workers; judges many candidates.
 
-    With ``keep_warm`` the judge starts the next judgement's worker processes when one
-    ends (they import torch while the agent thinks); ``close()`` stops them.
+    With ``keep_warm`` the judge starts the next judgement's worker processes while one
+    runs (on the CPU: when it ends), so they import torch while the agent thinks;
+    ``close()`` stops them.
     """
 
     def __init__(self, config: JudgeConfig | None = None):
@@ -138,7 +139,9 @@ class Judge:
         with verdict.phase("workers"):
             workers = self._spares[:] if len(self._spares) == 2 else self._pair()
             self._spares.clear()
-            if self.config.keep_warm:  # the next pair starts up while this judgement runs
+            if self.config.keep_warm and self.device != "cpu":
+                # the next pair starts up while this judgement runs; on the CPU, where it
+                # would compete with the build and the timed calls, when it ends (judge())
                 self._spares.extend(self._pair())
         verdict.isolation = confine.isolation(workers[1])
         try:
