@@ -28,8 +28,8 @@ from typing import Any
 import torch
 
 from cuda_agent.build.builder import Builder
-from cuda_agent.judge import baselines as baseline_cache
 from cuda_agent.judge import confine
+from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.gpu_turn import GpuTurn
@@ -38,10 +38,9 @@ from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
-from cuda_agent.judge.timing import pooled, worker_stats
 from cuda_agent.judge.transport import TransportError
 from cuda_agent.judge.verify import check_outputs, check_timing
-from cuda_agent.results import JudgeResult, TimingStats
+from cuda_agent.results import JudgeResult
 from cuda_agent.tasks.shapes import input_shapes, shape_tasks
 from cuda_agent.tasks.task import Task, TaskError
 
@@ -239,7 +238,7 @@ class Judge:
             ref, reference = self._reference(verdict, plan, ref_worker, plan.job(
                 "reference", time=measure, bandwidth=measure, tracer=self._timer()))
         with verdict.phase("baselines"):
-            base = cached or self._measure_baselines(plan, ref)
+            base = cached or time_baselines(plan, ref, self._worker, self._timer())
         if ahead is None:
             staged = self._stage(verdict, plan, snapshot, kind, cand_worker, reference)
         extension = verdict.build.extension_path if verdict.build else None
@@ -296,37 +295,6 @@ class Judge:
         """A reference worker and a (confined) candidate worker."""
         return [self._worker(), self._worker(candidate=True)]
 
-    def _measure_baselines(self, plan: JudgePlan, ref: WorkerOutcome, **extra: Any
-                           ) -> baseline_cache.Baselines:
-        """Eager time from the reference and ``plan.baseline_processes - 1`` more processes,
-        torch.compile's from that many processes (all started at once, timed one after
-        another); each the median of its processes' (``timing.pooled``). ``extra`` goes into
-        the timing jobs (``measure`` passes its ``gpu_turn``)."""
-        cfg = self.config
-        eager = worker_stats(ref.result) if ref.result.get("samples_ms") else None
-        roles = ["eager"] * (plan.baseline_processes - 1) if eager is not None else []
-        if cfg.time and cfg.time_compile:
-            roles += ["compile"] * plan.baseline_processes
-        workers = [self._worker() for _ in roles]
-        parts: dict[str, list[TimingStats]] = {"eager": [eager] if eager else [], "compile": []}
-        try:
-            for role, worker in zip(roles, workers, strict=True):
-                done = worker.run(plan.job(role, time=True, tracer=self._timer(), **extra),
-                                  cfg.process_timeout_s)
-                worker.close()
-                if not done.ok:
-                    name = "torch.compile" if role == "compile" else "eager"
-                    raise JudgeError(f"{name} baseline failed: {done.failure}")
-                parts[role].append(worker_stats(done.result))
-        finally:
-            _close_all(workers)
-        base = baseline_cache.Baselines(
-            pooled(parts["eager"]) if parts["eager"] else None,
-            pooled(parts["compile"]) if parts["compile"] else None,
-            ref.result.get("bandwidth_gbs"), ref.result.get("time_meaning", "wall"))
-        if cfg.time and cfg.cache_baselines and eager is not None:
-            baseline_cache.store(plan.baseline_key, base)
-        return base
 
 def _stop_unless_done(ahead: Future, worker: Worker) -> None:
     """Leaving early (a failed build): kill a reference still running, so its helper's

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.baselines import Baselines
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.judge import Judge
@@ -71,7 +72,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         if not ref.ok:
             raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
                              f"{ref.stderr_tail[-800:]}")
-        base = judge._measure_baselines(plan, ref, **turn)
+        base = time_baselines(plan, ref, judge._worker, judge._timer(), **turn)
     return MeasuredBaselines(base, False, plan.baseline_key, judge.device,
                              time.perf_counter() - start)
 
