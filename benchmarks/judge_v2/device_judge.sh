@@ -16,7 +16,8 @@
 #   bash benchmarks/judge_v2/device_judge.sh nvcc-threads OUT_DIR   # nvcc with and without
 #        --split-compile=0: compile times, then judge latency and judged runtime both ways
 #   bash benchmarks/judge_v2/device_judge.sh latency OUT_DIR   # nvcc split probe, the judge's
-#        GPU tests (judge, e2e, lent packs), then judge latency with every phase (ITERS=n edits of each problem)
+#        GPU tests (judge, e2e, lent packs), then judge latency with every phase (ITERS=n
+#        edits of each problem)
 #   bash benchmarks/judge_v2/device_judge.sh spares OUT_DIR   # judge latency with the next
 #        workers starting during each judgement (keep_warm) and between judgements
 #
