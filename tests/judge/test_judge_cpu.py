@@ -402,5 +402,6 @@ def _uptime() -> float:
 
 def _started(pid: int) -> float:
     """When process ``pid`` started, in seconds since boot (as ``_uptime``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    from cuda_agent.procs import snapshot
+
+    return snapshot()[pid].start / os.sysconf("SC_CLK_TCK")

@@ -151,7 +151,8 @@ def plan_stages(dry_run: str, keep: Path, obj: str) -> Plan:
     cudafe, cicc, fatbinary, host_cc = by["cudafe"], by["cicc"], by["fatbinary"], by["host-cc"]
     if "--static-host-stub" not in cudafe or "--gen_module_id_file" not in cudafe:
         raise PlanError("not a whole-program compile")
-    if _option(cudafe, "--module_id_file_name") != _option(cicc, "--module_id_file_name"):
+    module_id = _option(cudafe, "--module_id_file_name")
+    if module_id != _option(cicc, "--module_id_file_name"):
         raise PlanError("cudafe++ and cicc disagree on the module id file")
     stub, include = _option(cicc, "--stub_file_name"), _option(cicc, "--include_file_name")
     fatbin, embedded = _prefixed(fatbinary, "--create="), _prefixed(fatbinary, "--embedded-fatbin=")
@@ -160,7 +161,6 @@ def plan_stages(dry_run: str, keep: Path, obj: str) -> Plan:
     stand_in = Path(stub).parent / include
     if Path(embedded) != stand_in or keep != stand_in.parent or keep != Path(fatbin).parent:
         raise PlanError("fatbin.c is not where the host stub includes it from")
-    module_id = _option(cudafe, "--module_id_file_name")
     source = _option(cudafe, "--orig_src_path_name")
     if not module_id or not source or Path(module_id).parent != keep:
         raise PlanError("the module id file is not in the stages' folder")

@@ -8,7 +8,7 @@ from typing import Any
 
 from cuda_agent.judge import baselines as baseline_cache
 from cuda_agent.judge.plan import JudgeError, JudgePlan
-from cuda_agent.judge.runner import Worker, WorkerOutcome
+from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
 from cuda_agent.judge.timing import pooled, worker_stats
 from cuda_agent.results import TimingStats
 
@@ -37,8 +37,7 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, new_worker: Callable[[],
                 raise JudgeError(f"{name} baseline failed: {done.failure}")
             parts[role].append(worker_stats(done.result))
     finally:
-        for worker in workers:
-            worker.close()
+        close_all(workers)
     base = baseline_cache.Baselines(
         pooled(parts["eager"]) if parts["eager"] else None,
         pooled(parts["compile"]) if parts["compile"] else None,

@@ -35,7 +35,7 @@ from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
-from cuda_agent.judge.runner import Worker, WorkerOutcome
+from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
 from cuda_agent.judge.transport import TransportError
@@ -71,7 +71,7 @@ class Judge:
             raise JudgeError(str(exc)) from None
         self._spares: list[Worker] = []
         self._turn = GpuTurn(self.config.gpu_lock)
-        self._finalizer = weakref.finalize(self, _close_all, self._spares)
+        self._finalizer = weakref.finalize(self, close_all, self._spares)
 
     def __enter__(self) -> Judge:
         return self
@@ -81,7 +81,7 @@ class Judge:
 
     def close(self) -> None:
         """Stop the spare workers."""
-        _close_all(self._spares)
+        close_all(self._spares)
         self._turn.close()
 
     def warm(self, timeout_s: float = 60.0) -> bool:
@@ -301,8 +301,3 @@ def _stop_unless_done(ahead: Future, worker: Worker) -> None:
     wait ends now rather than when the reference finishes."""
     if not ahead.done():
         worker.kill()
-
-
-def _close_all(workers: list[Worker]) -> None:
-    while workers:
-        workers.pop().close()

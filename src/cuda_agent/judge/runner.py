@@ -288,6 +288,12 @@ class Worker:
         return WorkerOutcome(True, result, None, stderr_tail, marks, leftover)
 
 
+def close_all(workers: list[Worker]) -> None:
+    """Close every worker of ``workers``, emptying the list."""
+    while workers:
+        workers.pop().close()
+
+
 def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
     try:
         return proc.wait(timeout=max(0.0, deadline - time.monotonic()))

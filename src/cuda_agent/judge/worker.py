@@ -133,17 +133,18 @@ def preload(trace: bool = True) -> None:
         torch.ones(2).add_(1)
 
 
-def prepare(line: dict[str, Any]) -> None:
-    """A ``prepare`` line: make the device's context now (not at the first allocation) and
-    map a device pack lent with it."""
-    device = str(line["prepare"])
+def prepare(device: str, fields: dict[str, Any]) -> None:
+    """Make ``device``'s context now (not at the first allocation) and map a device pack
+    that ``fields`` (a ``prepare`` line or the job) name, unless one was mapped already:
+    before any candidate code runs."""
     if device.startswith("cuda"):
         torch.cuda.init()
         torch.cuda.synchronize(device)
-    if line.get("pack") == "cuda-fd":
+    if fields.get("pack") == "cuda-fd":
         from cuda_agent.judge import device_pack
 
-        device_pack.receive(line)
+        if not device_pack.received():
+            device_pack.receive(fields)
 
 
 def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
@@ -161,17 +162,11 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         mark("idle")
         job = json.loads(sys.stdin.readline())
         while "prepare" in job:  # the device (and pack) first, while the judge builds
-            prepare(job)
+            prepare(str(job["prepare"]), job)
             result["stage_at"]["prepared"] = time.time()
             job = json.loads(sys.stdin.readline())
         result["stage_at"]["job"] = time.time()
-        if job["device"].startswith("cuda"):
-            torch.cuda.init()
-        if job.get("pack") == "cuda-fd":  # mapped before any candidate code runs
-            from cuda_agent.judge import device_pack
-
-            if not device_pack.received():
-                device_pack.receive(job)
+        prepare(job["device"], job)  # what no prepare line did yet
         run(job, out, result, mark)
         result["stage_at"]["done"] = time.time()
         result["ok"] = True
