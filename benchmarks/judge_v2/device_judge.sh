@@ -20,6 +20,9 @@
 #        edits of each problem)
 #   bash benchmarks/judge_v2/device_judge.sh spares OUT_DIR   # judge latency with the next
 #        workers starting during each judgement (keep_warm) and between judgements
+#   bash benchmarks/judge_v2/device_judge.sh v9 OUT_DIR   # fidelity as configured, then with
+#        the candidate timed in CP=3 processes (spin calibrated once); (TESTS=1: the judge's
+#        GPU tests and latency with 1 and 2 candidate processes instead)
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -100,6 +103,33 @@ v8)
     timeout $((FIDELITY_S + 20)) python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT" \
       --kernelbench "$KB" --parts fidelity --budget-s "$FIDELITY_S" ${SPIN:+--spin $SPIN} 2>&1 \
       | grep -v Warning | tail -30
+  fi
+  ;;
+v9)
+  if [ -n "${TESTS:-}" ]; then
+    echo "== judge GPU tests"
+    timeout 330 python3 -m pytest -q -m gpu tests/judge tests/gpu/test_cuda_e2e.py \
+      tests/gpu/test_cuda_fd.py -p no:cacheprovider --timeout 150 -rfEsxX --durations=6 2>&1 \
+      | grep -v Warning | tail -20 | tee "$OUT/gpu_tests.txt"
+    for n in 1 2; do
+      echo "== latency, $n candidate process(es)" | tee -a "$OUT/latency.txt"
+      timeout 110 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40,12 \
+        --iters "${ITERS:-4}" --candidate-processes $n 2>&1 | grep -v Warning \
+        | grep -E "iter|median|^   (build|candidate|candidate2|compare|compare_timed) " \
+        | tee -a "$OUT/latency.txt"
+    done
+  else
+    echo "== fidelity as configured"
+    timeout $((${FIDELITY_S:-280} + 20)) python3 benchmarks/judge_v2/judge_gpu.py \
+      --out "$OUT/one" --kernelbench "$KB" --parts fidelity --budget-s "${FIDELITY_S:-280}" \
+      ${SPIN:+--spin $SPIN} 2>&1 | grep -v Warning | tail -24
+    spin=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['fidelity']\
+['candidates']['calibrated']['spin'])" "$OUT/one/judge_gpu.json" 2>/dev/null)
+    echo "== fidelity, candidate in ${CP:-3} processes (spin ${spin:-none})"
+    timeout $((${FIDELITY2_S:-230} + 20)) python3 benchmarks/judge_v2/judge_gpu.py \
+      --out "$OUT/more" --kernelbench "$KB" --parts fidelity --budget-s "${FIDELITY2_S:-230}" \
+      ${spin:+--spin $spin} --set candidate_processes="${CP:-3}" 2>&1 | grep -v Warning \
+      | tail -24
   fi
   ;;
 nvcc-threads)

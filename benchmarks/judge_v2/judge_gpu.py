@@ -743,7 +743,7 @@ def fidelity(report: Report, args: argparse.Namespace, budget: Budget, kernelben
     from cuda_agent.tasks import load_task
 
     fid: dict[str, Any] = {"config": {"device": DEVICE, "cache_baselines": False,
-                                      "time_compile": False, "seed": None},
+                                      "time_compile": False, "seed": None, **args.set},
                            "repeats": args.repeats, "candidates": {}}
     report.data["fidelity"] = fid
     config = dict(fid["config"])
@@ -1164,6 +1164,20 @@ def _cell(text: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def config_sets(parser: argparse.ArgumentParser, sets: list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs, each value JSON (a bare word stays a string)."""
+    out: dict[str, Any] = {}
+    for item in sets:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Judge-v2 GPU benchmark: timing fidelity (repeated judgements, a "
@@ -1193,7 +1207,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--calibration-measure-s", type=float, default=0.8,
                         help="time budget of one in-process measurement while calibrating "
                              "(default %(default)s)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="JudgeConfig field for the fidelity judgements (JSON value), "
+                             "e.g. --set candidate_processes=3 (repeatable)")
     args = parser.parse_args(argv)
+    args.set = config_sets(parser, args.set)
     args.parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     unknown = args.parts - {"fidelity", "latency"}
     if unknown:

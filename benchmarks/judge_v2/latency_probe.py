@@ -41,9 +41,12 @@ def main() -> int:
     parser.add_argument("--spares-between", action="store_true",
                         help="start the next judgement's workers between judgements, not "
                         "while one runs (keep_warm off, Judge.warm() before each)")
+    parser.add_argument("--candidate-processes", type=int, default=1,
+                        help="JudgeConfig.candidate_processes")
     args = parser.parse_args()
     build = BuildConfig(extra_cuda_cflags=tuple(args.cuda_flag))
-    judge = Judge(JudgeConfig(device="cuda", keep_warm=not args.spares_between, build=build))
+    judge = Judge(JudgeConfig(device="cuda", keep_warm=not args.spares_between, build=build,
+                              candidate_processes=args.candidate_processes))
     for pid in map(int, args.ids.split(",")):
         task = load_task(f"{args.kernelbench}::1/{pid}")
         work = Path(tempfile.mkdtemp()) / "ws"

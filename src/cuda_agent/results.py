@@ -80,7 +80,7 @@ class TimingStats:
     left_out: int = 0
     """Timed calls not counted because the device was disturbed during them (CUDA)."""
     processes: int = 1
-    """Fresh processes that timed it (baselines: the median of their medians, ``pooled``)."""
+    """Fresh processes that timed it (their medians pooled by ``judge.timing.pooled``)."""
 
     @property
     def rel_ci(self) -> float:

@@ -47,6 +47,20 @@ def test_builtin_solution_is_judged_correct_and_timed():
     assert result.reward >= 1
 
 
+def test_runtime_pooled_over_candidate_processes_and_baselines_over_five():
+    """On CUDA the baselines are timed in 5 processes by default; with candidate_processes=2
+    the candidate is timed in two confined processes, each with its own lent device pack."""
+    config = JudgeConfig(device="cuda", time_compile=False, candidate_processes=2,
+                         cache_baselines=False)
+    result = Judge(config).judge(load_task("builtin:gelu_bias_scale"),
+                                 Candidate.from_ref("builtin:gelu_bias_scale", "cuda"))
+    assert result.correct, result.reasons
+    assert result.timing.processes == 2 and result.eager_timing.processes == 5
+    assert result.time_meaning.startswith("device-wide GPU time")
+    phases = dict(result.phases)
+    assert phases["candidate2.timing"] > 0.0 and "candidate2.forward" not in phases
+
+
 def test_cuda_compile_error_has_line(tmp_path: Path):
     root = init_workspace(load_task("builtin:gelu_bias_scale"), tmp_path / "ws", "cuda")
     kernel = root / "kernels" / "example_axpby.cu"

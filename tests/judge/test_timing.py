@@ -186,6 +186,20 @@ def test_calls_after_a_slow_flush_are_left_out():
     assert timer.samples() == pytest.approx([0.100] * 6)
 
 
+def test_calls_queued_after_their_holder_could_open_are_left_out():
+    # calls 2 and 5 were queued by a host stalled past the holder's wait: their time counts
+    # host time (the GPU waited for the launch after the start event)
+    rows = [(0.100, 0.020, 0.008)] * 8
+    rows[2] = rows[5] = (0.400, 0.020, 0.008)
+    timer = _timer(rows, [])
+    timer.flush_ms = [0.084] * 8
+    timer.exposed = [False, False, True, False, False, True, False, False]
+    assert timer.kept() == [True, True, False, True, True, False, True, True]
+    assert timer.samples() == pytest.approx([0.100] * 6)
+    timer.exposed = [True, True, True, False, False, False, False, False]
+    assert timer.kept() == [True] * 8  # over a quarter exposed: none left out for it
+
+
 def test_nothing_is_left_out_when_most_flushes_are_slow_or_none_were_timed():
     assert undisturbed([0.084] * 3 + [0.100] * 7) == [True] * 10  # 7 of 10 slow: kept
     assert undisturbed([0.084, 0.0844, 0.0849]) == [True] * 3  # within the 5% margin
@@ -216,10 +230,13 @@ def test_unjoined_calls_are_counted_and_fail_the_verdict():
     assert "another stream" in verdict.reasons[0] and "wait_stream" in verdict.reasons[0]
 
 
-def test_pooled_is_the_median_of_process_medians():
+def test_pooled_is_the_mean_of_process_medians_without_the_extremes():
     parts = [timing.stats(s) for s in ([1.0, 1.1, 1.2], [2.0, 2.1, 2.2], [1.5, 1.6, 1.7])]
     one = timing.pooled(parts[:1])
     assert one is parts[0]
+    assert timing.pooled(parts[:2]).median_ms == pytest.approx((1.1 + 2.1) / 2)
+    five = [timing.stats([m] * 3) for m in (1.0, 1.02, 1.04, 1.03, 9.0)]
+    assert timing.pooled(five).median_ms == pytest.approx((1.02 + 1.03 + 1.04) / 3)
     both = timing.pooled(parts)
     assert both.median_ms == pytest.approx(1.6) and both.processes == 3 and both.runs == 9
     assert both.min_ms == 1.0 and both.max_ms == 2.2

@@ -64,6 +64,25 @@ def events_ms(fn, calls: int = 200) -> float:
     return statistics.median(s.elapsed_time(e) for s, e in pairs[calls // 10:])
 
 
+def test_a_call_queued_late_is_left_out_and_the_holder_waits_longer(blocker: Blocker):
+    """A host that stalls 300 us before launching, in one call of seven: those calls would
+    count the stall (the holder opens after about 50 us); they are left out and the holder's
+    wait doubles until it covers the stall."""
+    calls = [0]
+
+    def stalling(x: torch.Tensor) -> torch.Tensor:
+        calls[0] += 1
+        if calls[0] % 7 == 0:
+            time.sleep(0.0003)
+        return torch.sin(x)
+
+    base = median_ms(torch.sin, blocker)
+    result = measure(stalling, rotation(), "cuda", blocker=blocker, **OPTIONS)
+    assert result.details["exposed"] >= 2 and result.details["pre_ns"] >= 300_000
+    assert max(result.samples) < 1.5 * base  # no sample counts a stall
+    assert stats(result.samples).median_ms == pytest.approx(base, rel=0.03)
+
+
 def test_blocker_fills_every_sm(blocker: Blocker):
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     info = blocker.info

@@ -17,7 +17,7 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, new_worker: Callable[[],
                    tracer: str | None, **extra: Any) -> baseline_cache.Baselines:
     """Eager time from the reference and ``plan.baseline_processes - 1`` more processes,
     torch.compile's from that many processes (all started at once, timed one after
-    another); each the median of its processes' (``timing.pooled``). ``tracer`` is the
+    another); each pooled over its processes (``timing.pooled``). ``tracer`` is the
     fixed layer the timing jobs load (the device timer on CUDA); ``extra`` goes into them
     (``measure`` passes its ``gpu_turn``)."""
     cfg = plan.cfg

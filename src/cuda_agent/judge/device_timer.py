@@ -54,6 +54,16 @@ kernel on a private stream ran in that time: ``sin`` over 2M floats (10 us) was 
 2.6 us from a private stream, over 32M floats (94 us) at 82 us."""
 EV0_AFTER_OPEN = False
 """(probe) Record ``ev0`` after the calling stream releases the holder, not before."""
+EXPOSED_MARGIN_NS = 10_000
+"""A call is exposed when the host finished queuing it (``ev1`` recorded) later than this
+before the holder's ``pre_ns`` had run from when the host armed it: the holder may then have
+opened before the call's last launch reached the GPU, and the call's time would count host
+time. The GPU is idle when the holder is armed, so it starts within microseconds of that."""
+EXPOSED_MAX_SHARE = 0.25
+"""If more timed calls than this share are exposed, none is left out for it (only
+``pre_ns`` grows)."""
+EXPOSED_WINDOW = 8
+"""Two exposed calls among this many recent ones double ``pre_ns`` (up to its maximum)."""
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
 _Event = torch.cuda.Event
@@ -178,6 +188,8 @@ class DeviceTimer:
         self.idle: list[float] = []
         self.idle_tails: list[float] = []  # blocker_post's time in the idle probes
         self.flush_ms: list[float] = []  # the flush before each row's call
+        self.exposed: list[bool] = []  # each row's call: queued after its holder could open
+        self._last_exposed = False
         self._flush_events: list[Any] = []
         self._last_flush_ms = 0.0
         self._own: Any = None  # the gate's holder stream, made at the first call
@@ -192,6 +204,7 @@ class DeviceTimer:
             self.events = [_Event(enable_timing=True) for _ in range(3)]
         ev0, ev1, ev2 = self.events
         gated = GATE and self.blocker.gate
+        armed = _clock()
         if gated:
             self._own = self._own or _Stream()  # the holder's stream
             self.blocker.arm(self.pre_ns, self._own)
@@ -205,6 +218,7 @@ class DeviceTimer:
             _record(ev0)
         out = fn(*inputs)
         _record(ev1)
+        self._last_exposed = (_clock() - armed) * 1e9 > self.pre_ns - EXPOSED_MARGIN_NS
         if gated:
             _wait_event(self._own, ev1)
             self.blocker.close(POST_NS)
@@ -259,8 +273,11 @@ class DeviceTimer:
         out, main, tail, residual = self.call(fn, inputs)
         self.rows.append((main, tail, residual))
         self.flush_ms.append(self._last_flush_ms)
+        self.exposed.append(self._last_exposed)
         if self._last_spread is not None:
             self.spreads.append(self._last_spread)
+        if self._last_exposed and sum(self.exposed[-EXPOSED_WINDOW:]) >= 2:
+            self.pre_ns = min(PRE_NS_RANGE[1], 2 * self.pre_ns)
         return out
 
     def unjoined(self) -> int:
@@ -271,10 +288,14 @@ class DeviceTimer:
         return sum(s > self.spread_ref_ms + UNJOINED_MARGIN_MS for s in self.spreads)
 
     def kept(self) -> list[bool]:
-        """Which rows count (``undisturbed``; all of them when no flush was timed)."""
-        if len(self.flush_ms) != len(self.rows):
-            return [True] * len(self.rows)
-        return undisturbed(self.flush_ms)
+        """Which rows count: ``undisturbed`` (all of them when no flush was timed), and not
+        exposed (unless over ``EXPOSED_MAX_SHARE`` of them were)."""
+        keep = ([True] * len(self.rows) if len(self.flush_ms) != len(self.rows)
+                else undisturbed(self.flush_ms))
+        if len(self.exposed) == len(self.rows) and (
+                sum(self.exposed) <= EXPOSED_MAX_SHARE * len(self.rows)):
+            keep = [k and not e for k, e in zip(keep, self.exposed, strict=True)]
+        return keep
 
     def probe_idle(self) -> None:
         """The call's sequence around a stand-in of the same device time: the final sync's

@@ -1,10 +1,11 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v8).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v9).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
 The reference, the torch.compile baseline and the candidate each run in a fresh process
 (started at once, so their start-up overlaps the build; with baselines cached the reference
-runs, is collected and ended during the build, and the candidate's worker is staged then).
+runs, is collected and ended during the build, and the candidate's worker is staged then;
+with ``candidate_processes`` > 1 more candidate workers time it again, ``judge.retime``).
 The candidate's job has no reference ``Model``, and its process is
 confined (``confine``: read-only file system, private /tmp, no network, own pid namespace).
 Each worker packs its outputs into one buffer (device memory shared by CUDA IPC, device
@@ -35,6 +36,7 @@ from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
+from cuda_agent.judge.retime import Timed, stage_extra, time_again
 from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
@@ -87,7 +89,7 @@ class Judge:
     def warm(self, timeout_s: float = 60.0) -> bool:
         """Start spare workers if there are none; wait until they wait for a job."""
         if not self._spares:
-            self._spares.extend(self._pair())
+            self._spares.extend(self._set())
         deadline = time.monotonic() + timeout_s
         return all(w.wait_idle(max(0.0, deadline - time.monotonic())) for w in self._spares)
 
@@ -115,7 +117,7 @@ class Judge:
                     break  # a failed build fails at every shape
             result = combine(parts, len(variants))
         if self.config.keep_warm and not self._spares:
-            self._spares.extend(self._pair())
+            self._spares.extend(self._set())
         return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
     def _judge_once(self, task: Task, candidate: Candidate, seed: int, profile: bool
@@ -136,12 +138,16 @@ class Judge:
             return verdict.fail(*(f"static check: {p}" for p in problems))
         plan = JudgePlan(cfg, task, self.device, seed, tmp)
         with verdict.phase("workers"):
-            workers = self._spares[:] if len(self._spares) == 2 else self._pair()
+            if len(self._spares) == 1 + cfg.candidate_processes:
+                workers = self._spares[:]
+            else:
+                close_all(self._spares)
+                workers = self._set()
             self._spares.clear()
             if self.config.keep_warm and self.device != "cpu":
-                # the next pair starts up while this judgement runs; on the CPU, where it
+                # the next set starts up while this judgement runs; on the CPU, where it
                 # would compete with the build and the timed calls, when it ends (judge())
-                self._spares.extend(self._pair())
+                self._spares.extend(self._set())
         verdict.isolation = confine.isolation(workers[1])
         try:
             return self._run(verdict, plan, snapshot, candidate.kind, workers, profile)
@@ -151,7 +157,7 @@ class Judge:
 
     def _run(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
              workers: list[Worker], profile: bool) -> JudgeResult:
-        cfg, (ref_worker, cand_worker) = self.config, workers
+        cfg, (ref_worker, *cand_workers) = self.config, workers
         cached = plan.cached_baselines() if cfg.time else None
         measure = cfg.time and cached is None
         # with nothing to time, the reference runs on the device while the kernels build, and
@@ -162,7 +168,8 @@ class Judge:
             if early:
                 ref_worker.start(plan.job("reference", time=False), hold=True)
             if self.device.startswith("cuda") and cfg.gpu_lock is None:
-                cand_worker.prepare(self.device)  # its CUDA context, during the build
+                for worker in cand_workers:
+                    worker.prepare(self.device)  # its CUDA context, during the build
             if early:
                 helper = stack.enter_context(ThreadPoolExecutor(1, "judge-reference"))
                 ahead = helper.submit(self._ahead, verdict, plan, snapshot, kind, workers)
@@ -190,20 +197,23 @@ class Judge:
             return dataclasses.replace(result, phases=(*result.phases, ("gpu_held", held)))
 
     def _ahead(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
-               workers: list[Worker]) -> tuple[WorkerOutcome, dict[str, Any], dict[str, Any]]:
+               workers: list[Worker]) -> tuple[WorkerOutcome, dict[str, Any], list[dict]]:
         """Beside the build: the reference run, collected and ended, then the candidate's
-        worker staged, its device pack lent and mapped (``Worker.prepare``)."""
+        workers staged, their device packs lent and mapped (``Worker.prepare``)."""
         ref, reference = self._reference(verdict, plan, workers[0], None)
-        staged = self._stage(verdict, plan, snapshot, kind, workers[1], reference)
+        staged = self._stage(verdict, plan, snapshot, kind, workers[1:], reference)
         if self.device.startswith("cuda"):
-            workers[1].prepare(self.device, staged)
+            workers[1].prepare(self.device, staged[0])
         return ref, reference, staged
 
     def _stage(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
-               worker: Worker, reference: dict[str, Any]) -> dict[str, Any]:
+               workers: list[Worker], reference: dict[str, Any]) -> list[dict[str, Any]]:
+        """The fields of each candidate worker's job (the extra ones' contexts made)."""
         with verdict.phase("stage_candidate"):
-            return confine.stage_candidate(worker, snapshot, plan.tmp / "state.pt", kind,
-                                           self.device, plan.pack_bytes(reference))
+            first = confine.stage_candidate(workers[0], snapshot, plan.tmp / "state.pt",
+                                            kind, self.device, plan.pack_bytes(reference))
+            return [first, *stage_extra(plan, snapshot, kind, workers[1:], self.device,
+                                        reference)]
 
     def _reference(self, verdict: Verdict, plan: JudgePlan, ref_worker: Worker,
                    job: dict[str, Any] | None) -> tuple[WorkerOutcome, dict[str, Any]]:
@@ -229,7 +239,7 @@ class Judge:
                     workers: list[Worker], profile: bool, cached: Any, ahead: Future | None
                     ) -> JudgeResult:
         cfg, task = self.config, plan.task
-        ref_worker, cand_worker = workers
+        ref_worker, cand_worker, *extra = workers
         measure = cfg.time and cached is None
         if ahead is not None:
             with verdict.phase("reference_join"):  # started before the build
@@ -240,12 +250,12 @@ class Judge:
         with verdict.phase("baselines"):
             base = cached or time_baselines(plan, ref, self._worker, self._timer())
         if ahead is None:
-            staged = self._stage(verdict, plan, snapshot, kind, cand_worker, reference)
+            staged = self._stage(verdict, plan, snapshot, kind, workers[1:], reference)
         extension = verdict.build.extension_path if verdict.build else None
         tracer = None if extension else self.builder.build_tracer()
+        job = plan.job("candidate", extension=extension, tracer=tracer)
         with verdict.phase("candidate"):
-            cand = cand_worker.run(plan.job("candidate", extension=extension, tracer=tracer,
-                                            profile=profile, **staged),
+            cand = cand_worker.run({**job, "profile": profile, **staged[0]},
                                    cfg.process_timeout_s, hold=True)
         verdict.worker_stages("candidate", cand.result)
         verdict.compiled = cand.ok or cand.result.get("stage") not in (None, "start", "load")
@@ -257,11 +267,11 @@ class Judge:
             return verdict.fail(f"candidate failed: {cand.failure}")
         verdict.profile = cand.result.get("profile", "")
         confine.keep_inline_cache(cand_worker, snapshot, kind)
-        if staged["pack"] == "cuda-fd":
+        if staged[0]["pack"] == "cuda-fd":
             cand_worker.end()  # nothing of the candidate's may write its lent pack from now
         with verdict.phase("collect_candidate"):
             try:
-                outputs, timed = plan.collect_candidate(cand, cand_worker, staged["pack"])
+                outputs, timed = plan.collect_candidate(cand, cand_worker, staged[0]["pack"])
             except TransportError as exc:
                 outputs = None
                 verdict.reasons.append(f"candidate outputs unreadable: {exc}")
@@ -277,8 +287,11 @@ class Judge:
                 return verdict.finish(cfg.faster_margin)
         verdict.correct = cfg.check and not leftover
         if cfg.time and verdict.correct:
+            again = time_again(verdict, plan, extra, staged[1:], job)
+            if again is None:
+                return verdict.fail()
             with verdict.phase("compare_timed"):
-                check_timing(verdict, cand, base, reference, timed, cfg)
+                check_timing(verdict, [Timed(cand, timed), *again], base, reference, cfg)
         return verdict.finish(cfg.faster_margin)
 
     def _timer(self) -> str | None:
@@ -291,9 +304,10 @@ class Judge:
         limit = int(self.config.memory_limit_gb * 2**30) if self.device == "cpu" else None
         return Worker(limit, confine=self._confinement if candidate else None, trace=candidate)
 
-    def _pair(self) -> list[Worker]:
-        """A reference worker and a (confined) candidate worker."""
-        return [self._worker(), self._worker(candidate=True)]
+    def _set(self) -> list[Worker]:
+        """A reference worker and ``candidate_processes`` (confined) candidate workers."""
+        return [self._worker(), *(self._worker(candidate=True)
+                                  for _ in range(self.config.candidate_processes))]
 
 
 def _stop_unless_done(ahead: Future, worker: Worker) -> None:

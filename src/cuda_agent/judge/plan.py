@@ -33,7 +33,7 @@ class JudgePlan:
         self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
                        "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
                        "target_rel_ci": cfg.rel_ci_for(device)}
-        self.baseline_processes = cfg.baseline_processes
+        self.baseline_processes = cfg.baseline_processes_for(device)
         self.baseline_key = baseline_cache.cache_key(
             task.sha256, device, task.precision.value, JUDGE_VERSION,
             {**self.timing, **({"processes": self.baseline_processes}
@@ -112,15 +112,17 @@ class JudgePlan:
         except (TransportError, KeyError) as exc:
             raise JudgeError(f"reference outputs unreadable: {exc}") from None
 
-    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str
-                          ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
-        """The trial outputs and the timed outputs (with their input-set index)."""
+    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str,
+                          trials: bool = True) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+        """The trial outputs (``trials``: the job ran them) and the timed outputs (with their
+        input-set index)."""
         record, buffer = self._tensors(outcome, worker, kind)
+        ran = self.trials if trials and self.cfg.check else []
         trials, timed = record.get("trials"), record.get("timed")
         if not isinstance(trials, list) or not isinstance(timed, list):
             raise TransportError("output record lacks trials or timed outputs")
-        if self.cfg.check and len(trials) != len(self.trials):
-            raise TransportError(f"{len(trials)} trials reported, {len(self.trials)} run")
+        if len(trials) != len(ran):
+            raise TransportError(f"{len(trials)} trials reported, {len(ran)} run")
         timed_out = []
         for entry in timed:
             variant = entry.get("variant") if isinstance(entry, dict) else None

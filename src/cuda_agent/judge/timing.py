@@ -92,21 +92,24 @@ def worker_stats(result: dict[str, Any]) -> TimingStats:
 
 
 def pooled(parts: Sequence[TimingStats]) -> TimingStats:
-    """One time from the same work timed in several fresh processes: the median of their
-    medians (on an H100 a 50-90 us kernel's per-process median moves by 0.15-0.35% from one
-    process to the next, while each process's own interval is 0.2%). The interval spans
-    the parts' medians and the middle part's interval; runs and left-out calls add up."""
+    """One time from the same work timed in several fresh processes: the mean of their
+    medians, the lowest and highest left out from three on (on an H100 a 50-90 us kernel's
+    per-process median moves by 0.15-0.35% from one process to the next, while each
+    process's own interval is 0.2%; a mean of k shrinks that by about 1/sqrt(k), and leaving
+    out the extremes keeps one disturbed process from moving it). The interval spans the
+    parts' medians and the middle part's interval; runs and left-out calls add up."""
     if not parts:
         raise ValueError("pooled() needs at least one timing")
     if len(parts) == 1:
         return parts[0]
-    medians = [p.median_ms for p in parts]
+    medians = sorted(p.median_ms for p in parts)
+    kept = medians[1:-1] if len(medians) >= 3 else medians
     middle = sorted(parts, key=lambda p: p.median_ms)[len(parts) // 2]
     runs = sum(p.runs for p in parts)
     return TimingStats(
-        statistics.median(medians), min(p.min_ms for p in parts), max(p.max_ms for p in parts),
+        statistics.fmean(kept), min(p.min_ms for p in parts), max(p.max_ms for p in parts),
         sum(p.mean_ms * p.runs for p in parts) / runs, runs,
-        min(min(medians), middle.ci_low_ms), max(max(medians), middle.ci_high_ms),
+        min(medians[0], middle.ci_low_ms), max(medians[-1], middle.ci_high_ms),
         statistics.median(p.iqr_ms for p in parts), sum(p.left_out for p in parts),
         sum(p.processes for p in parts))
 
@@ -238,6 +241,7 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
     outside = [sample - row[0] for sample, row in zip(final, rows, strict=True)]
     details = {"pre_ns": timer.pre_ns, "post_ns": POST_NS, "busy_ns": BUSY_NS,
                "calls": len(timer.rows), "disturbed": len(kept) - len(rows),
+               "exposed": sum(timer.exposed),
                "gate": timer.spread_ref_ms is not None, "unjoined": timer.unjoined(),
                "spread_ref_ms": timer.spread_ref_ms,
                "spread_ms_max": max(timer.spreads, default=None),

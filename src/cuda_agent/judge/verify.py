@@ -10,8 +10,9 @@ from cuda_agent.judge.baselines import Baselines
 from cuda_agent.judge.compare import compare_trials, precision_budget
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.record import Verdict
+from cuda_agent.judge.retime import Timed
 from cuda_agent.judge.runner import WorkerOutcome
-from cuda_agent.judge.timing import TIME_MEANINGS, worker_stats
+from cuda_agent.judge.timing import TIME_MEANINGS, pooled, worker_stats
 
 # element-wise tolerance of a declared lower precision (atol, rtol)
 PRECISION_TOLERANCE = {"tf32": (5e-3, 5e-3), "bf16": (5e-2, 5e-2), "fp16": (1e-2, 1e-2)}
@@ -56,29 +57,32 @@ def _same_shapes(reference: list[list[Any]], outputs: list[list[Any]]) -> bool:
                for r, o in zip(reference, outputs, strict=True))
 
 
-def check_timing(verdict: Verdict, cand: WorkerOutcome, base: Baselines,
-                 reference: dict[str, Any], timed: list[dict[str, Any]], cfg: JudgeConfig
-                 ) -> None:
-    """Re-check timed outputs, take the timings, cross-check clocks, flag the floor."""
-    for record in timed:
-        expected = reference["timed"][record["variant"]]
-        check = compare_trials([expected], [record["out"]], cfg.atol, cfg.rtol)
-        if not check.correct:
-            verdict.correct = False
-            verdict.reasons.append("timed output differs from the reference for its inputs "
-                                   f"(results reused across calls?): {check.reasons[0]}")
+def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
+                 reference: dict[str, Any], cfg: JudgeConfig) -> None:
+    """Re-check every process's timed outputs, pool their timings, cross-check clocks (the
+    first process's), flag the floor."""
+    for run in runs:
+        for record in run.outputs:
+            expected = reference["timed"][record["variant"]]
+            check = compare_trials([expected], [record["out"]], cfg.atol, cfg.rtol)
+            if not check.correct:
+                verdict.correct = False
+                verdict.reasons.append("timed output differs from the reference for its "
+                                       "inputs (results reused across calls?): "
+                                       f"{check.reasons[0]}")
+                return
+        if _unjoined(verdict, run.outcome.result.get("timing_details") or {}):
             return
-    if _unjoined(verdict, cand.result.get("timing_details") or {}):
-        return
+        meaning = run.outcome.result.get("time_meaning", "wall")
+        if meaning != base.meaning or meaning not in TIME_MEANINGS:
+            verdict.correct = False
+            verdict.reasons.append(f"candidate timed as {meaning!r} time, baselines as "
+                                   f"{base.meaning!r}: not comparable (the judge's timer did "
+                                   "not load in the candidate's process?)")
+            return
     # statistics are computed here, from the raw samples, not in the candidate's process
-    measured = worker_stats(cand.result)
-    meaning = cand.result.get("time_meaning", "wall")
-    if meaning != base.meaning or meaning not in TIME_MEANINGS:
-        verdict.correct = False
-        verdict.reasons.append(f"candidate timed as {meaning!r} time, baselines as "
-                               f"{base.meaning!r}: not comparable (the judge's timer did not "
-                               "load in the candidate's process?)")
-        return
+    measured = pooled([worker_stats(run.outcome.result) for run in runs])
+    cand = runs[0].outcome
     verdict.timing, verdict.time_meaning = measured, TIME_MEANINGS[meaning]
     verdict.runtime_ms = measured.median_ms
     verdict.eager_timing, verdict.compile_timing = base.eager, base.compile

@@ -1,0 +1,85 @@
+"""The candidate timed in several fresh processes (``candidate_processes``), on the CPU with
+real compiles and real confined workers: the runtime is pooled over them, and every extra
+process is held to the same checks as the first."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.judge import Candidate, Judge, JudgeConfig
+from cuda_agent.tasks import load_task
+from cuda_agent.workspace import init_workspace
+from tests.conftest import write_solution
+
+TIMED = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
+                    trials=2, scales=(), candidate_processes=2)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, scale_add_task: Path) -> Path:
+    root = init_workspace(load_task(scale_add_task), tmp_path / "ws", "cpu")
+    write_solution(root)
+    return root
+
+
+def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace: Path):
+    task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
+    with Judge(TIMED.model_copy(update={"keep_warm": True})) as judge:
+        result = judge.judge(task, candidate)
+        assert len(judge._spares) == 3  # the reference's and two candidates'
+    assert result.correct, result.reasons
+    assert result.timing.processes == 2 and result.timing.runs >= 10
+    assert result.timing.ci_low_ms <= result.runtime_ms <= result.timing.ci_high_ms
+    phases = dict(result.phases)
+    for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed"):
+        assert phases[name] > 0.0, (name, phases)
+    assert "candidate2.forward" not in phases  # the extra process runs no trials
+
+
+# Honest while the judge traces its first call (a trial, in the first process); in a process
+# whose first call is untraced (a timing process's warm-up) it computes something else.
+SECOND_PROCESS_WRONG = '''
+import importlib
+import torch.nn as nn
+import cuda_extension
+
+dispatch = importlib.import_module("torch.utils." + "_python_dispatch")
+current_mode = getattr(dispatch, "_get_current_" + "dispatch_mode")
+
+
+class ModelNew(nn.Module):
+    traced_first = None
+
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x, y):
+        if ModelNew.traced_first is None:
+            ModelNew.traced_first = current_mode() is not None
+        alpha = self.alpha if ModelNew.traced_first else self.alpha * 1.5
+        return cuda_extension.scale_add(x.contiguous(), y.contiguous(), alpha)
+'''
+
+
+def test_wrong_outputs_in_a_timing_process_fail(scale_add_task: Path, workspace: Path):
+    (workspace / "model_new.py").write_text(textwrap.dedent(SECOND_PROCESS_WRONG))
+    task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
+    one = Judge(TIMED.model_copy(update={"candidate_processes": 1})).judge(task, candidate)
+    assert one.correct, one.reasons  # one process: it is never caught out
+    result = Judge(TIMED).judge(task, candidate)
+    assert not result.correct and result.reward == -1
+    assert "timed output differs from the reference" in " ".join(result.reasons)
+
+
+def test_a_crash_in_a_timing_process_fails(scale_add_task: Path, workspace: Path):
+    (workspace / "model_new.py").write_text(textwrap.dedent(SECOND_PROCESS_WRONG).replace(
+        "alpha = self.alpha if", "if not ModelNew.traced_first:\n"
+        "            raise RuntimeError('untraced first call')\n        alpha = self.alpha if"))
+    result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(workspace))
+    assert not result.correct and result.reward == -1
+    assert "candidate failed in timing process 2" in result.reasons[0], result.reasons
+    assert "untraced first call" in result.reasons[0]
