@@ -15,7 +15,10 @@ and the correlation of block medians with block clocks inside processes.
 freed after each call), ``spread`` (8 input buffers, the last 6 outputs kept alive, so
 outputs and intermediates cycle through other blocks), ``jitter`` (a tensor of random size,
 0-64 MiB in 2 MiB steps, allocated before each call and freed after it, so the caching
-allocator places the call's memory elsewhere each time); and the protocol: ``clean`` (the L2
+allocator places the call's memory elsewhere each time), ``replace`` (before each block,
+every buffer freed, the allocator's cache emptied, a spacer of 0-2 GiB allocated and kept
+for the block, inputs and flush buffer allocated anew: each block's memory on other
+physical pages); and the protocol: ``clean`` (the L2
 flushed by reading the flush buffer, so that the cache holds clean lines instead of the
 dirty ones ``zero_`` leaves, whose write-back the call would pay), ``nogate`` (judge-v7's
 blockers on the calling stream instead of the gate), ``streams`` (the gate's holder and
@@ -107,7 +110,16 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     with torch.no_grad():
         host = timing._warm_up(model, rotation, True, 3, spec["warmup_s"])
         timer.calibrate(statistics.median(host))
+        placed = None
         for _ in range(spec["blocks"]):
+            if "replace" in ways:  # new device memory for this block, elsewhere
+                del rotation, flush, placed
+                kept.clear()
+                torch.cuda.empty_cache()
+                placed = torch.empty(rng.randrange(1024) << 19, device="cuda")  # 0-2 GiB
+                rotation = timing.Rotation(lambda k: make_inputs(ns, 1000 + k, "cuda"), 2)
+                flush = torch.zeros(timing.L2_FLUSH_BYTES // 4, device="cuda")
+                timing._warm_up(model, rotation, True, 3, 0.0)
             clock = _clock_mhz(torch, 400_000)
             nv, why = nvml() if nvml else (None, None)
             main, flushes = [], []
@@ -208,6 +220,8 @@ def main() -> int:
                 print("  per stream pair: " + "; ".join(
                     " ".join(f"{m:.5f}" for m in r["by_stream"])
                     + f" ({_spread(r['by_stream']):.2f}%)" for r in runs))
+            print("  block medians' spread within each process: " + " ".join(
+                f"{_spread([b['main'] for b in r['blocks']]):.2f}%" for r in runs))
             print("  per-call corr(flush time, call time): "
                   + " ".join(f"{r['corr_flush_main']:+.2f}" for r in runs))
             for r in runs:

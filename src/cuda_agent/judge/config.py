@@ -43,7 +43,8 @@ History:
 - judge-v9: on CUDA each baseline is timed in 5 fresh processes by default
   (``baseline_processes``), and times from several processes are pooled as the mean of their
   medians without the lowest and highest (``timing.pooled``); the candidate may be timed in
-  several fresh processes too (``candidate_processes``).
+  several fresh processes too (``candidate_processes``); a timed call that the host finished
+  queuing after its holder could open is left out, and the holder's wait grows.
 """
 
 
@@ -81,8 +82,9 @@ class JudgeConfig(BaseModel):
         1, ge=1, description="Fresh (confined) processes the candidate is timed in: the first "
         "verifies and times, each other one times again (its timed outputs re-checked, its "
         "threads and streams watched the same way); the runtime is pooled like the baselines'. "
-        "Each extra process adds about 0.4 s to a judgement on an H100 and shrinks the "
-        "process-to-process part of the runtime's spread by about 1/sqrt(n).")
+        "Each extra process adds its timing to a judgement (0.57 s for KernelBench 1/40 on an "
+        "H100) and keeps one slow process from setting the runtime (from 3 on); on an H100 "
+        "it did not narrow the spread across judgements (docs/benchmarks.md, Judge-v9).")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "
