@@ -12,7 +12,8 @@
 # GPUs 0 and 1, and the scaling ratio. Results: OUT/pool_load.md (also printed), per case
 # OUT/pool_load_{1gpu,2gpu}.{md,json}, summary OUT/pool_load.json.
 # PER_GPU=N (judge workers per GPU, PoolConfig.jobs_per_gpu; default 1) and JOBS=N (instead
-# of sizing the run by a calibration round) change the cases; CASE1=FILE (an earlier call's
+# of sizing the run by a calibration round) and BASELINE_PROCESSES=N (the judge's processes per
+# baseline, for a shorter warm-up) change the cases; CASE1=FILE (an earlier call's
 # pool_load_1gpu.json or pool_load.json) skips the 1-GPU case and compares with that one.
 set -uo pipefail
 OUT=${1:-/tmp/out}
@@ -22,7 +23,7 @@ mkdir -p "$OUT"
 export CUDA_DEVICE_ORDER=PCI_BUS_ID  # pool GPU indices = nvidia-smi's
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 PER_GPU=${PER_GPU:-1}
-LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT --jobs-per-gpu $PER_GPU"
+LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT --jobs-per-gpu $PER_GPU ${BASELINE_PROCESSES:+--baseline-processes $BASELINE_PROCESSES}"
 if [ "$NGPU" -ge 2 ]; then B1=300; else B1=470; fi
 if [ -n "${CASE1:-}" ]; then  # an earlier call's 1-GPU case: run only the 2-GPU case
   python3 -c "import json,sys; d=json.load(open(sys.argv[1])); d=d.get('cases',{}).get('1gpu',d)

@@ -118,6 +118,8 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     judge = JudgeConfig(device=device)
     if args.time_budget_s is not None:
         judge = judge.model_copy(update={"time_budget_s": args.time_budget_s})
+    if args.baseline_processes is not None:
+        judge = judge.model_copy(update={"baseline_processes": args.baseline_processes})
     per_gpu = args.jobs_per_gpu
     pool_cfg = PoolConfig(gpus=gpus, cpu_workers=args.cpu_workers, judge=judge,
                           job_timeout_s=args.job_timeout_s, retries=1, jobs_per_gpu=per_gpu)
@@ -346,6 +348,9 @@ def main() -> int:
     parser.add_argument("--kb", default=str(ROOT / ".bench" / "kernelbench.jsonl"))
     parser.add_argument("--time-budget-s", type=float, default=None,
                         help="the judge's timing budget per measurement (default: its own)")
+    parser.add_argument("--baseline-processes", type=int, default=None,
+                        help="the judge's processes per baseline (default: its own; 1 makes "
+                        "the warm-up that caches the baselines shorter)")
     parser.add_argument("--job-timeout-s", type=float, default=300.0)
     parser.add_argument("--sample-ms", type=int, default=100)
     parser.add_argument("--label", default="")

@@ -380,6 +380,37 @@ def test_a_shared_gpu_lock_makes_the_judge_wait_for_its_turn(tmp_path: Path,
     assert results[0].compiled  # judged (this plain-PyTorch answer is then refused)
 
 
+def test_judges_sharing_a_gpu_lock_measure_a_new_task_s_baselines_once(tmp_path: Path,
+                                                                         workspace: Path):
+    """Two judgements of a task whose baselines are not cached, waiting for the same GPU
+    turn: the first to get it measures them, the second finds them cached in its turn."""
+    import fcntl
+    import threading
+    import uuid
+
+    from tests.conftest import SCALE_ADD_TASK
+
+    task = tmp_path / "fresh.py"
+    task.write_text(SCALE_ADD_TASK + f"\n# {uuid.uuid4().hex}\n")
+    lock = tmp_path / "gpu0.lock"
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # both judgements start before either can take the turn
+    config = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
+                         trials=2, scales=(), gpu_lock=str(lock))
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(judge(task, workspace, config)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    os.close(fd)
+    for thread in threads:
+        thread.join(300)
+    assert len(results) == 2 and all(r.correct for r in results), results
+    assert results[0].eager_timing == results[1].eager_timing  # one measurement, shared
+    assert results[0].eager_timing.runs >= 5
+
+
 def test_a_reference_without_a_float64_twin_is_not_called_over_budget(tmp_path: Path,
                                                                        workspace: Path):
     """A reference model that cannot be copied to float64 (it holds a lock) is judged by

@@ -240,6 +240,8 @@ class Judge:
                     ) -> JudgeResult:
         cfg, task = self.config, plan.task
         ref_worker, cand_worker, *extra = workers
+        if cfg.time and cached is None and cfg.gpu_lock is not None:
+            cached = plan.cached_baselines()  # measured meanwhile by a judge in its turn
         measure = cfg.time and cached is None
         if ahead is not None:
             with verdict.phase("reference_join"):  # started before the build
