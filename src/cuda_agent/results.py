@@ -78,9 +78,13 @@ class TimingStats:
     ci_high_ms: float = 0.0
     iqr_ms: float = 0.0
     left_out: int = 0
-    """Timed calls not counted because the device was disturbed during them (CUDA)."""
+    """Timed calls not counted (CUDA): the device was disturbed during them, or the host
+    queued them late (``late``)."""
     processes: int = 1
     """Fresh processes that timed it (their medians pooled by ``judge.timing.pooled``)."""
+    late: int = 0
+    """Of ``left_out``: calls the host finished queuing after the timer's holder could open
+    (their time would have counted host time)."""
 
     @property
     def rel_ci(self) -> float:

@@ -213,6 +213,8 @@ def test_worker_stats_carry_the_calls_left_out():
     result = {"samples_ms": [0.1, 0.2, 0.3], "timing_details": {"disturbed": 4}}
     assert timing.worker_stats(result).left_out == 4
     assert timing.worker_stats({"samples_ms": [0.1]}).left_out == 0
+    late = {"samples_ms": [0.1, 0.2], "timing_details": {"disturbed": 3, "late": 2}}
+    assert (timing.worker_stats(late).left_out, timing.worker_stats(late).late) == (3, 2)
 
 
 def test_unjoined_calls_are_counted_and_fail_the_verdict():
@@ -244,5 +246,15 @@ def test_pooled_is_the_mean_of_process_medians_without_the_extremes():
     # the interval spans every process's median: a process apart widens it
     assert both.ci_low_ms <= 1.1 and both.ci_high_ms >= 2.1
     assert timing.pooled([timing.stats([1.0] * 5, 2)] * 2).left_out == 4
+    assert timing.pooled([timing.stats([1.0] * 5, 2, 1)] * 3).late == 3
     with pytest.raises(ValueError, match="at least one"):
         timing.pooled([])
+
+
+def test_the_verdict_table_says_why_calls_were_left_out():
+    from cuda_agent.cli.render import _why_left_out
+
+    assert _why_left_out(timing.stats([1.0] * 3, 4)) == ": device disturbed"
+    assert _why_left_out(timing.stats([1.0] * 3, 2, 2)) == ": queued late by the host"
+    assert _why_left_out(timing.stats([1.0] * 3, 5, 2)) == (
+        ": 3 device disturbed, 2 queued late by the host")

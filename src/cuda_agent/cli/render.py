@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from cuda_agent.results import BuildResult, JudgeResult, to_dict
+from cuda_agent.results import BuildResult, JudgeResult, TimingStats, to_dict
 
 console = Console(soft_wrap=True)
 errors = Console(stderr=True, soft_wrap=True)
@@ -47,7 +47,7 @@ def print_judge(result: JudgeResult) -> None:
     elif result.timing is not None:
         spread = (f"  (95% CI {result.timing.ci_low_ms:.4g}-{result.timing.ci_high_ms:.4g}, "
                   f"{result.timing.runs} runs"
-                  + (f", {result.timing.left_out} left out: device disturbed"
+                  + (f", {result.timing.left_out} left out" + _why_left_out(result.timing)
                      if result.timing.left_out else "") + ")")
     table.add_row("candidate", _ms(result.runtime_ms) + spread)
     table.add_row("eager", f"{_ms(result.eager_ms)}  (speed-up {_x(result.speedup_vs_eager)})")
@@ -90,3 +90,13 @@ def print_build(result: BuildResult) -> None:
         console.print(f"  [{style}]{diag}[/]", highlight=False, soft_wrap=True)
     if not result.ok and not result.diagnostics and result.log:
         console.print(result.log, highlight=False)
+
+
+def _why_left_out(timing: TimingStats) -> str:
+    """': device disturbed', ': queued late by the host', or both with their counts."""
+    late, disturbed = timing.late, timing.left_out - timing.late
+    if not late:
+        return ": device disturbed"
+    if not disturbed:
+        return ": queued late by the host"
+    return f": {disturbed} device disturbed, {late} queued late by the host"

@@ -77,18 +77,19 @@ def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
     return ordered[lo], ordered[hi]
 
 
-def stats(samples: Sequence[float], left_out: int = 0) -> TimingStats:
+def stats(samples: Sequence[float], left_out: int = 0, late: int = 0) -> TimingStats:
     lo, hi = median_ci(samples)
     quart = statistics.quantiles(samples, n=4) if len(samples) >= 2 else [samples[0]] * 3
     return TimingStats(statistics.median(samples), min(samples), max(samples),
                        statistics.fmean(samples), len(samples), lo, hi, quart[2] - quart[0],
-                       left_out)
+                       left_out, late=late)
 
 
 def worker_stats(result: dict[str, Any]) -> TimingStats:
     """The statistics of a worker's raw samples (computed in the judge's process)."""
     details = result.get("timing_details") or {}
-    return stats(result["samples_ms"], int(details.get("disturbed", 0) or 0))
+    return stats(result["samples_ms"], int(details.get("disturbed", 0) or 0),
+                 int(details.get("late", 0) or 0))
 
 
 def pooled(parts: Sequence[TimingStats]) -> TimingStats:
@@ -111,7 +112,7 @@ def pooled(parts: Sequence[TimingStats]) -> TimingStats:
         sum(p.mean_ms * p.runs for p in parts) / runs, runs,
         min(medians[0], middle.ci_low_ms), max(medians[-1], middle.ci_high_ms),
         statistics.median(p.iqr_ms for p in parts), sum(p.left_out for p in parts),
-        sum(p.processes for p in parts))
+        sum(p.processes for p in parts), sum(p.late for p in parts))
 
 
 class Rotation:
@@ -241,7 +242,8 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
     outside = [sample - row[0] for sample, row in zip(final, rows, strict=True)]
     details = {"pre_ns": timer.pre_ns, "post_ns": POST_NS, "busy_ns": BUSY_NS,
                "calls": len(timer.rows), "disturbed": len(kept) - len(rows),
-               "exposed": sum(timer.exposed),
+               "exposed": sum(timer.exposed), "late": sum(
+                   e and not k for e, k in zip(timer.exposed, kept, strict=True)),
                "gate": timer.spread_ref_ms is not None, "unjoined": timer.unjoined(),
                "spread_ref_ms": timer.spread_ref_ms,
                "spread_ms_max": max(timer.spreads, default=None),
