@@ -14,7 +14,7 @@ from cuda_agent.judge import Candidate, Judge, JudgeConfig
 from cuda_agent.judge.config import JUDGE_VERSION
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
-from tests.conftest import SCALE_ADD_MODEL_NEW, write_solution
+from tests.conftest import INLINE_SCALE_ADD, SCALE_ADD_MODEL_NEW, write_solution
 
 CHECK_ONLY = JudgeConfig(device="cpu", time=False, trials=3)
 
@@ -170,32 +170,7 @@ def test_missing_model_new_and_bad_state_dict(tmp_path: Path, scale_add_task: Pa
 @pytest.mark.slow
 def test_single_file_load_inline_candidate(tmp_path: Path, scale_add_task: Path):
     path = tmp_path / "cand.py"
-    path.write_text(textwrap.dedent('''
-        import torch
-        import torch.nn as nn
-        from torch.utils.cpp_extension import load_inline
-
-        SOURCE = """
-        #include <torch/extension.h>
-        torch::Tensor scale_add(torch::Tensor x, torch::Tensor y, double alpha) {
-          auto out = torch::empty_like(x);
-          const float* px = x.data_ptr<float>();
-          const float* py = y.data_ptr<float>();
-          float* po = out.data_ptr<float>();
-          for (int64_t i = 0; i < x.numel(); ++i) po[i] = alpha * px[i] + py[i];
-          return out;
-        }
-        """
-        ext = load_inline("inline_scale_add", cpp_sources=SOURCE, functions=["scale_add"])
-
-        class ModelNew(nn.Module):
-            def __init__(self, alpha):
-                super().__init__()
-                self.alpha = alpha
-
-            def forward(self, x, y):
-                return ext.scale_add(x, y, self.alpha)
-    '''))
+    path.write_text(INLINE_SCALE_ADD)
     result = judge(scale_add_task, path)
     assert result.correct and result.compiled and result.reward == 1, result.reasons
 

@@ -12,7 +12,7 @@ import pytest
 from cuda_agent.judge import Candidate, Judge, JudgeConfig
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
-from tests.conftest import write_solution
+from tests.conftest import INLINE_SCALE_ADD, write_solution
 
 TIMED = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
                     trials=2, scales=(), candidate_processes=2)
@@ -83,3 +83,17 @@ def test_a_crash_in_a_timing_process_fails(scale_add_task: Path, workspace: Path
     assert not result.correct and result.reward == -1
     assert "candidate failed in timing process 2" in result.reasons[0], result.reasons
     assert "untraced first call" in result.reasons[0]
+
+
+def test_a_file_candidate_compiles_once_for_all_its_processes(tmp_path: Path,
+                                                              scale_add_task: Path):
+    """A single-file candidate compiles its C++ when imported; the extra timing process
+    gets what the first one compiled and only loads it."""
+    import uuid
+
+    path = tmp_path / "cand.py"
+    path.write_text(INLINE_SCALE_ADD + f"\n# {uuid.uuid4().hex}\n")
+    result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(path))
+    assert result.correct and result.timing.processes == 2, result.reasons
+    phases = dict(result.phases)
+    assert phases["candidate2.load"] < 0.3 * phases["candidate.load"], phases

@@ -106,6 +106,16 @@ def keep_inline_cache(worker: Worker, snapshot: Path, kind: str) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def lend_inline_cache(worker: Worker, snapshot: Path, kind: str) -> None:
+    """Before a staged worker's job: copy in what an earlier process compiled for this file
+    candidate (``keep_inline_cache``), so it loads instead of compiling again."""
+    if kind != "file" or not worker.confined:
+        return
+    cached = _inline_cache(snapshot)
+    if cached.is_dir():
+        shutil.copytree(cached, worker.out_dir / "inline", symlinks=True, dirs_exist_ok=True)
+
+
 def _inline_cache(snapshot: Path) -> Path:
     digest = hashlib.sha256((snapshot / "model_new.py").read_bytes()).hexdigest()[:24]
     root = home_dir() / "inline"

@@ -289,7 +289,7 @@ class Judge:
                 return verdict.finish(cfg.faster_margin)
         verdict.correct = cfg.check and not leftover
         if cfg.time and verdict.correct:
-            again = time_again(verdict, plan, extra, staged[1:], job)
+            again = time_again(verdict, plan, extra, staged[1:], job, snapshot, kind)
             if again is None:
                 return verdict.fail()
             with verdict.phase("compare_timed"):

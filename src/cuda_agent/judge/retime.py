@@ -45,12 +45,15 @@ def stage_extra(plan: JudgePlan, snapshot: Path, kind: str, workers: list[Worker
 
 
 def time_again(verdict: Verdict, plan: JudgePlan, workers: list[Worker],
-               staged: list[dict[str, Any]], job: dict[str, Any]) -> list[Timed] | None:
+               staged: list[dict[str, Any]], job: dict[str, Any], snapshot: Path, kind: str
+               ) -> list[Timed] | None:
     """Run ``job`` (the candidate's, without its trials) in each extra worker, one after
-    another; their timings, or None after adding the reason a process failed."""
+    another (a file candidate's with what the first process compiled); their timings, or
+    None after adding the reason a process failed."""
     runs = []
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
         role = f"candidate{k}"
+        confine.lend_inline_cache(worker, snapshot, kind)
         with verdict.phase(role):
             done = worker.run({**job, **fields, "check": False}, plan.cfg.process_timeout_s,
                               hold=True)
