@@ -37,3 +37,22 @@ def test_a_thread_started_after_settling_is_named_until_it_ends():
     assert lines["settled"] == "None"
     assert "1 native thread(s) still running after the call (late-worker)" in lines["running"]
     assert lines["ended"] == "None"
+
+
+def test_a_thread_counts_while_it_has_the_process_memory():
+    """A live thread runs user code; a task that has gone (or, exiting after a C++ join, has
+    dropped the process's memory) does not."""
+    import threading
+
+    from cuda_agent.judge.threads import runs_user_code
+
+    stop = threading.Event()
+    worker = threading.Thread(target=stop.wait)
+    worker.start()
+    try:
+        assert runs_user_code(str(worker.native_id))
+        assert runs_user_code(str(threading.get_native_id()))
+    finally:
+        stop.set()
+        worker.join()
+    assert not runs_user_code("999999999")

@@ -44,7 +44,8 @@ History:
   (``baseline_processes``), and times from several processes are pooled as the mean of their
   medians without the lowest and highest (``timing.pooled``); the candidate may be timed in
   several fresh processes too (``candidate_processes``); a timed call that the host finished
-  queuing after its holder could open is left out, and the holder's wait grows.
+  queuing after its holder could open is left out, and the holder's wait grows; a new
+  thread that is exiting (it has dropped the process's memory) is not counted as running.
 """
 
 
