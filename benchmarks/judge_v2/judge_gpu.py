@@ -160,6 +160,14 @@ def spread_pct(values: list[float]) -> float | None:
     return (max(values) - min(values)) / mid * 100 if mid else None
 
 
+def sd_pct(values: list[float]) -> float | None:
+    """Standard deviation over the mean, in percent (steadier than the spread for n of 5)."""
+    if len(values) < 2:
+        return None
+    mean = statistics.fmean(values)
+    return statistics.stdev(values) / mean * 100 if mean else None
+
+
 def fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"
@@ -711,6 +719,7 @@ def fidelity_summary(recs: list[dict[str, Any]], truth_faster: bool | None) -> d
         "eager_ms": eager, "runtime_ms": runtime, "speedup": speedup,
         "eager_spread_pct": spread_pct(eager), "runtime_spread_pct": spread_pct(runtime),
         "speedup_spread_pct": spread_pct(speedup),
+        "speedup_sd_pct": sd_pct(speedup),
         "eager_median_ms": median(eager), "runtime_median_ms": median(runtime),
         "speedup_median": median(speedup),
         "speedup_min": min(speedup) if speedup else None,
@@ -1053,19 +1062,24 @@ def markdown(data: dict[str, Any]) -> str:
     ]
     fid = data.get("fidelity")
     if fid:
+        given = {k: v for k, v in (fid.get("config") or {}).items()
+                 if k not in ("device", "cache_baselines", "time_compile", "seed")
+                 or (k == "seed" and v is not None)}
+        seeds = (f"seed {given.pop('seed')}" if "seed" in given else "secret seeds")
+        extra = "".join(f", {k}={v}" for k, v in given.items())
         lines += [
             f"### 1. Timing fidelity ({fid.get('repeats')} judgements each planned; fresh "
-            "processes, baselines not cached, no torch.compile baseline, secret seeds)",
+            f"processes, baselines not cached, no torch.compile baseline, {seeds}{extra})",
             "",
             "| candidate | n | eager ms | runtime ms | speed-up | spread eager / runtime / "
-            "speed-up % | rewards | faster (reward >= 2) | median CI half-width runtime / "
-            "eager % | median judge s |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "speed-up % | SD speed-up % | rewards | faster (reward >= 2) | median CI "
+            "half-width runtime / eager % | median judge s |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for key, slot in fid.get("candidates", {}).items():
             s = slot.get("summary") or {}
             if slot.get("error") and not s.get("n"):
-                lines.append(f"| {key} | 0 | error: {_cell(slot['error'])} | | | | | | | |")
+                lines.append(f"| {key} | 0 | error: {_cell(slot['error'])} | | | | | | | | |")
                 continue
             label = key + (f" (spin {slot['spin']})" if "spin" in slot else "")
             rt_ci = median(s.get("runtime_rel_ci_pct") or [])
@@ -1075,7 +1089,8 @@ def markdown(data: dict[str, Any]) -> str:
                 f"| {label} | {s.get('n', 0)} | {fmt_list(s.get('eager_ms') or [])} | "
                 f"{fmt_list(s.get('runtime_ms') or [])} | {fmt_list(s.get('speedup') or [])} | "
                 f"{fmt(s.get('eager_spread_pct'), 3)} / {fmt(s.get('runtime_spread_pct'), 3)} / "
-                f"{fmt(s.get('speedup_spread_pct'), 3)} | {fmt_list(s.get('rewards') or [])} | "
+                f"{fmt(s.get('speedup_spread_pct'), 3)} | {fmt(s.get('speedup_sd_pct'), 3)} | "
+                f"{fmt_list(s.get('rewards') or [])} | "
                 f"{s.get('faster_decisions', 0)}/{s.get('verdicts', 0)} | {fmt(rt_ci, 2)} / "
                 f"{fmt(eg_ci, 2)} | {fmt(median(secs), 3)} |")
         lines.append("")
