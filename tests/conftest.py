@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -82,33 +81,37 @@ class ModelNew(nn.Module):
 '''
 
 
+# the ModelNew of a single-file candidate whose extension module is ``ext``
+EXT_SCALE_ADD_MODEL_NEW = '''
+
+class ModelNew(nn.Module):
+    def __init__(self, alpha):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x, y):
+        return ext.scale_add(x, y, self.alpha)
+'''
+
 # a single-file candidate: its C++ compiled by load_inline when it is imported
-INLINE_SCALE_ADD = textwrap.dedent('''
-        import torch
-        import torch.nn as nn
-        from torch.utils.cpp_extension import load_inline
+INLINE_SCALE_ADD = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
 
-        SOURCE = """
-        #include <torch/extension.h>
-        torch::Tensor scale_add(torch::Tensor x, torch::Tensor y, double alpha) {
-          auto out = torch::empty_like(x);
-          const float* px = x.data_ptr<float>();
-          const float* py = y.data_ptr<float>();
-          float* po = out.data_ptr<float>();
-          for (int64_t i = 0; i < x.numel(); ++i) po[i] = alpha * px[i] + py[i];
-          return out;
-        }
-        """
-        ext = load_inline("inline_scale_add", cpp_sources=SOURCE, functions=["scale_add"])
-
-        class ModelNew(nn.Module):
-            def __init__(self, alpha):
-                super().__init__()
-                self.alpha = alpha
-
-            def forward(self, x, y):
-                return ext.scale_add(x, y, self.alpha)
-''')
+SOURCE = """
+#include <torch/extension.h>
+torch::Tensor scale_add(torch::Tensor x, torch::Tensor y, double alpha) {
+  auto out = torch::empty_like(x);
+  const float* px = x.data_ptr<float>();
+  const float* py = y.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  for (int64_t i = 0; i < x.numel(); ++i) po[i] = alpha * px[i] + py[i];
+  return out;
+}
+"""
+ext = load_inline("inline_scale_add", cpp_sources=SOURCE, functions=["scale_add"])
+''' + EXT_SCALE_ADD_MODEL_NEW
 
 
 def pytest_configure(config: pytest.Config) -> None:

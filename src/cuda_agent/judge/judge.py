@@ -40,7 +40,6 @@ from cuda_agent.judge.retime import Timed, stage_extra, time_again
 from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
-from cuda_agent.judge.transport import TransportError
 from cuda_agent.judge.verify import check_outputs, check_timing
 from cuda_agent.results import JudgeResult
 from cuda_agent.tasks.shapes import input_shapes, shape_tasks
@@ -138,7 +137,7 @@ class Judge:
             return verdict.fail(*(f"static check: {p}" for p in problems))
         plan = JudgePlan(cfg, task, self.device, seed, tmp)
         with verdict.phase("workers"):
-            if len(self._spares) == 1 + cfg.candidate_processes:
+            if len(self._spares) == 1 + self._candidates():
                 workers = self._spares[:]
             else:
                 close_all(self._spares)
@@ -269,19 +268,16 @@ class Judge:
             return verdict.fail(f"candidate failed: {cand.failure}")
         verdict.profile = cand.result.get("profile", "")
         confine.keep_inline_cache(cand_worker, snapshot, kind)
-        if staged[0]["pack"] == "cuda-fd":
-            cand_worker.end()  # nothing of the candidate's may write its lent pack from now
         with verdict.phase("collect_candidate"):
-            try:
-                outputs, timed = plan.collect_candidate(cand, cand_worker, staged[0]["pack"])
-            except TransportError as exc:
-                outputs = None
-                verdict.reasons.append(f"candidate outputs unreadable: {exc}")
-        leftover = cand_worker.close()
+            got, unreadable, leftover = plan.collect_and_close(cand, cand_worker,
+                                                               staged[0]["pack"])
+        if unreadable:
+            verdict.reasons.append(f"candidate outputs unreadable: {unreadable}")
         if leftover:
             verdict.reasons.append(f"candidate left {leftover} process(es) running (killed)")
-        if outputs is None:
+        if got is None:
             return verdict.fail()
+        outputs, timed = got
         if cfg.check:
             with verdict.phase("compare"):
                 passed = check_outputs(verdict, reference, outputs, task.precision.value, cfg)
@@ -307,9 +303,13 @@ class Judge:
         return Worker(limit, confine=self._confinement if candidate else None, trace=candidate)
 
     def _set(self) -> list[Worker]:
-        """A reference worker and ``candidate_processes`` (confined) candidate workers."""
+        """A reference worker and ``_candidates()`` (confined) candidate workers."""
         return [self._worker(), *(self._worker(candidate=True)
-                                  for _ in range(self.config.candidate_processes))]
+                                  for _ in range(self._candidates()))]
+
+    def _candidates(self) -> int:
+        """Candidate processes a judgement uses: the extra ones only time."""
+        return self.config.candidate_processes if self.config.time else 1
 
 
 def _stop_unless_done(ahead: Future, worker: Worker) -> None:

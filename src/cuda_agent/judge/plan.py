@@ -80,13 +80,15 @@ class JudgePlan:
                 "precision": self.task.precision.value, "float64": self.cfg.float64_check,
                 "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
 
-    def pack_bytes(self, reference: dict[str, Any]) -> int | None:
-        """Bytes of the candidate's output pack if its outputs match the reference's (None
-        when nothing is checked, so its outputs' sizes are unknown)."""
-        if not self.cfg.check:
+    def pack_bytes(self, reference: dict[str, Any], with_trials: bool = True) -> int | None:
+        """Bytes of the candidate's output pack if its outputs match the reference's, its
+        trials' outputs too unless ``with_trials`` is off (None when nothing is checked, so
+        its outputs' sizes are unknown, or when it has no outputs to send)."""
+        groups = [*(reference["out"] if with_trials else []),
+                  *(reference["timed"] if self.cfg.time else [])]
+        if not self.cfg.check or not groups:
             return None
-        return device_pack.pack_bytes([*reference["out"], *(reference["timed"]
-                                                           if self.cfg.time else [])])
+        return device_pack.pack_bytes(groups)
 
     def _tensors(self, outcome: WorkerOutcome, worker: Worker, kind: str | None = None
                  ) -> tuple[dict, Any]:
@@ -113,11 +115,12 @@ class JudgePlan:
             raise JudgeError(f"reference outputs unreadable: {exc}") from None
 
     def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str,
-                          trials: bool = True) -> tuple[list[list[Any]], list[dict[str, Any]]]:
-        """The trial outputs (``trials``: the job ran them) and the timed outputs (with their
-        input-set index)."""
+                          with_trials: bool = True
+                          ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
+        """The trial outputs (``with_trials``: the job ran them) and the timed outputs (with
+        their input-set index)."""
         record, buffer = self._tensors(outcome, worker, kind)
-        ran = self.trials if trials and self.cfg.check else []
+        ran = self.trials if with_trials and self.cfg.check else []
         trials, timed = record.get("trials"), record.get("timed")
         if not isinstance(trials, list) or not isinstance(timed, list):
             raise TransportError("output record lacks trials or timed outputs")
@@ -130,3 +133,16 @@ class JudgePlan:
                 raise TransportError("a timed output names no checked input set")
             timed_out.append({"variant": variant, "out": unpack(buffer, entry.get("out"))})
         return [unpack(buffer, d) for d in trials], timed_out
+
+    def collect_and_close(self, outcome: WorkerOutcome, worker: Worker, kind: str,
+                          with_trials: bool = True) -> tuple[Any, str | None, int]:
+        """A candidate worker's outputs (``collect_candidate``'s pair, or None and why they
+        are unreadable), then the worker closed: how many processes it left. A worker lent
+        a device pack is ended first: nothing of the candidate's may write it from then."""
+        if kind == "cuda-fd":
+            worker.end()
+        try:
+            got, error = self.collect_candidate(outcome, worker, kind, with_trials), None
+        except TransportError as exc:
+            got, error = None, str(exc)
+        return got, error, worker.close()

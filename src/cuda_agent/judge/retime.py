@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.judge import confine, device_pack
+from cuda_agent.judge import confine
 from cuda_agent.judge.plan import JudgePlan
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
-from cuda_agent.judge.transport import TransportError
 
 
 @dataclass(frozen=True)
@@ -28,12 +27,11 @@ class Timed:
     outputs: list[dict[str, Any]]
 
 
-def stage_extra(plan: JudgePlan, snapshot: Path, kind: str, workers: list[Worker], device: str,
-          reference: dict[str, Any]) -> list[dict[str, Any]]:
+def stage_extra(plan: JudgePlan, snapshot: Path, kind: str, workers: list[Worker],
+                device: str, reference: dict[str, Any]) -> list[dict[str, Any]]:
     """Stage each extra worker (its pack sized for the timed outputs alone) and, on CUDA,
     make its context and map its pack now."""
-    size = (device_pack.pack_bytes(reference["timed"])
-            if plan.cfg.check and reference["timed"] else None)
+    size = plan.pack_bytes(reference, with_trials=False)
     fields = []
     for worker in workers:
         staged = confine.stage_candidate(worker, snapshot, plan.tmp / "state.pt", kind,
@@ -64,18 +62,15 @@ def time_again(verdict: Verdict, plan: JudgePlan, workers: list[Worker],
                                    + (f"; it left {leftover} process(es) running (killed)"
                                       if leftover else ""))
             return None
-        if fields["pack"] == "cuda-fd":
-            worker.end()
-        try:
-            _, timed = plan.collect_candidate(done, worker, fields["pack"], trials=False)
-        except TransportError as exc:
-            verdict.reasons.append(f"candidate outputs unreadable (timing process {k}): {exc}")
+        got, unreadable, leftover = plan.collect_and_close(done, worker, fields["pack"],
+                                                           with_trials=False)
+        if unreadable:
+            verdict.reasons.append(f"candidate outputs unreadable (timing process {k}): "
+                                   f"{unreadable}")
             return None
-        finally:
-            leftover = worker.close()
         if leftover:
             verdict.reasons.append(f"candidate left {leftover} process(es) running in timing "
                                    f"process {k} (killed)")
             return None
-        runs.append(Timed(done, timed))
+        runs.append(Timed(done, got[1]))
     return runs

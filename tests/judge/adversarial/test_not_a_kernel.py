@@ -11,6 +11,7 @@ import pytest
 
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace.init import store_task
+from tests.conftest import EXT_SCALE_ADD_MODEL_NEW
 from tests.judge.adversarial.helpers import (
     Hack,
     judge,
@@ -68,16 +69,7 @@ path = os.path.join(tempfile.mkdtemp(), "aten_scale_add.cpp")
 with open(path, "w") as handle:
     handle.write(SOURCE)
 ext = load("adversarial_aten_scale_add", [path])
-
-
-class ModelNew(nn.Module):
-    def __init__(self, alpha):
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x, y):
-        return ext.scale_add(x, y, self.alpha)
-'''
+''' + EXT_SCALE_ADD_MODEL_NEW
 
 # the reference class, looked up at import time, and inherited from
 INHERIT = '''
