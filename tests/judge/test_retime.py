@@ -32,7 +32,12 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
         assert len(judge._spares) == 3  # the reference's and two candidates'
     assert result.correct, result.reasons
     assert result.timing.processes == 2 and result.timing.runs >= 10
-    assert result.timing.ci_low_ms <= result.runtime_ms <= result.timing.ci_high_ms
+    assert result.timing.ci_low_ms <= result.timing.median_ms <= result.timing.ci_high_ms
+    if any(flag.startswith("timer disagreement") for flag in result.flags):
+        # a loaded machine can stall the calls the judge's own clock times; its figure wins
+        assert result.runtime_ms > result.timing.median_ms
+    else:
+        assert result.runtime_ms == result.timing.median_ms
     phases = dict(result.phases)
     for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed"):
         assert phases[name] > 0.0, (name, phases)
