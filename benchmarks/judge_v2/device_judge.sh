@@ -20,6 +20,8 @@
 #        edits of each problem)
 #   bash benchmarks/judge_v2/device_judge.sh spares OUT_DIR   # judge latency with the next
 #        workers starting during each judgement (keep_warm) and between judgements
+#   bash benchmarks/judge_v2/device_judge.sh paired OUT_DIR   # eager and candidate timed
+#        apart (the judge's way) or in turn from two live processes: speed-up spread
 #   bash benchmarks/judge_v2/device_judge.sh v9 OUT_DIR   # fidelity as configured, then with
 #        the candidate timed in CP=3 processes (spin calibrated once); (TESTS=1: the judge's
 #        GPU tests and latency with 1 and 2 candidate processes instead)
@@ -131,6 +133,11 @@ v9)
       ${spin:+--spin $spin} --set candidate_processes="${CP:-3}" 2>&1 | grep -v Warning \
       | tail -24
   fi
+  ;;
+paired)
+  timeout 560 python3 benchmarks/judge_v2/paired_probe.py --kernelbench "$KB" \
+    --judgements "${JUDGEMENTS:-5}" --ways "${WAYS:-apart,paired}" --json "$OUT/paired.json" \
+    2>&1 | grep -v Warning | tee "$OUT/paired.txt"
   ;;
 nvcc-threads)
   for f in benchmarks/kernelbench_l1/40_LayerNorm/kernels/layer_norm.cu \

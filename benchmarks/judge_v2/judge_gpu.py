@@ -1102,7 +1102,10 @@ def markdown(data: dict[str, Any]) -> str:
                      "decision is 'faster')")
         lines.append("")
         if cal.get("source") == "--spin":
-            lines.append(f"- spin {cal.get('spin')} given with --spin (not calibrated here)")
+            lines.append(f"- spin {cal.get('spin')} given with --spin (not calibrated here): "
+                         "its true speed-up is 1.07 only on a device whose SM clock matches "
+                         "the one it was calibrated on; if the judged speed-ups sit far from "
+                         "1.07, the flips below count against a wrong truth")
         else:
             searches = cal.get("search") or []
             last = searches[-1] if searches else {}

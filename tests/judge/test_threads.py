@@ -19,6 +19,8 @@ stop = threading.Event()
 worker = threading.Thread(target=stop.wait, name="late-worker")
 worker.start()
 print("running:", watch.problem("after the call"))
+watch.adopt()  # as after the activity record starts: what runs now is the judge's
+print("adopted:", watch.problem("now"))
 stop.set()
 worker.join()
 # join() returns before the kernel has removed the thread's task: wait until it has
@@ -36,6 +38,7 @@ def test_a_thread_started_after_settling_is_named_until_it_ends():
     lines = dict(line.split(": ", 1) for line in done.stdout.splitlines() if ": " in line)
     assert lines["settled"] == "None"
     assert "1 native thread(s) still running after the call (late-worker)" in lines["running"]
+    assert lines["adopted"] == "None"
     assert lines["ended"] == "None"
 
 

@@ -195,9 +195,10 @@ def test_calls_queued_after_their_holder_could_open_are_left_out():
     timer.flush_ms = [0.084] * 8
     timer.exposed = [False, False, True, False, False, True, False, False]
     assert timer.kept() == [True, True, False, True, True, False, True, True]
-    assert timer.samples() == pytest.approx([0.100] * 6)
+    assert timer.samples() == pytest.approx([0.100] * 6) and timer.settled()
     timer.exposed = [True, True, True, False, False, False, False, False]
     assert timer.kept() == [True] * 8  # over a quarter exposed: none left out for it
+    assert not timer.settled()  # and measure() times more calls while that lasts
 
 
 def test_nothing_is_left_out_when_most_flushes_are_slow_or_none_were_timed():

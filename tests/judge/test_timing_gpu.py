@@ -77,9 +77,12 @@ def test_a_call_queued_late_is_left_out_and_the_holder_waits_longer(blocker: Blo
         return torch.sin(x)
 
     base = median_ms(torch.sin, blocker)
-    result = measure(stalling, rotation(), "cuda", blocker=blocker, **OPTIONS)
-    assert result.details["exposed"] >= 2 and result.details["pre_ns"] >= 300_000
-    assert max(result.samples) < 1.5 * base  # no sample counts a stall
+    # at least 60 calls: enough stalls for the wait to grow (a run may otherwise stop at
+    # its interval after 10-20 calls, with one or two stalls left out)
+    result = measure(stalling, rotation(), "cuda", blocker=blocker, min_runs=60, **OPTIONS)
+    why = {k: result.details[k] for k in ("calls", "exposed", "late", "pre_ns", "disturbed")}
+    assert result.details["exposed"] >= 2 and result.details["pre_ns"] >= 300_000, why
+    assert max(result.samples) < 1.5 * base, why  # no sample counts a stall
     assert stats(result.samples).median_ms == pytest.approx(base, rel=0.03)
 
 

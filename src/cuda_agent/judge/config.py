@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v9"
+JUDGE_VERSION = "judge-v10"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -46,6 +46,11 @@ History:
   several fresh processes too (``candidate_processes``); a timed call that the host finished
   queuing after its holder could open is left out, and the holder's wait grows; a new
   thread that is exiting (it has dropped the process's memory) is not counted as running.
+- judge-v10: a timing run goes on while more than a quarter of its calls were queued late;
+  with ``activity_record`` (off by default) the device's own activity record (CUPTI) is
+  taken during the candidate's timed calls, and a candidate whose work on another stream
+  ended after the call's post had started, in any timed call, is not correct
+  (``judge.activity``).
 """
 
 
@@ -86,6 +91,13 @@ class JudgeConfig(BaseModel):
         "Each extra process adds its timing to a judgement (0.57 s for KernelBench 1/40 on an "
         "H100) and keeps one slow process from setting the runtime (from 3 on); on an H100 "
         "it did not narrow the spread across judgements (docs/benchmarks.md, Judge-v9).")
+    activity_record: bool = Field(
+        False, description="On CUDA, record the device's own activity (CUPTI, through torch's "
+        "profiler) during the candidate's timed calls, and fail a candidate whose work on "
+        "another stream outlived any call, however short (docs/judge.md, 'The device's "
+        "activity record'). Off by default: on an H100 a kernel whose every thread spins on "
+        "the SM clock was timed about 20% slower while recorded, which is not yet explained. "
+        "Where the profiler cannot record, the timer's own check stands alone.")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "

@@ -190,6 +190,7 @@ class DeviceTimer:
         self.flush_ms: list[float] = []  # the flush before each row's call
         self.exposed: list[bool] = []  # each row's call: queued after its holder could open
         self._last_exposed = False
+        self.gated_calls = 0  # calls through the gate (calibration and idle probes too)
         self._flush_events: list[Any] = []
         self._last_flush_ms = 0.0
         self._own: Any = None  # the gate's holder stream, made at the first call
@@ -206,6 +207,7 @@ class DeviceTimer:
         gated = GATE and self.blocker.gate
         armed = _clock()
         if gated:
+            self.gated_calls += 1
             self._own = self._own or _Stream()  # the holder's stream
             self.blocker.arm(self.pre_ns, self._own)
             if not EV0_AFTER_OPEN:
@@ -287,13 +289,17 @@ class DeviceTimer:
             return 0
         return sum(s > self.spread_ref_ms + UNJOINED_MARGIN_MS for s in self.spreads)
 
+    def settled(self) -> bool:
+        """Whether few enough timed calls were exposed for them to be left out: at most
+        ``EXPOSED_MAX_SHARE``. A run goes on while more were (``pre_ns`` grows meanwhile)."""
+        return sum(self.exposed) <= EXPOSED_MAX_SHARE * len(self.rows)
+
     def kept(self) -> list[bool]:
         """Which rows count: ``undisturbed`` (all of them when no flush was timed), and not
         exposed (unless over ``EXPOSED_MAX_SHARE`` of them were)."""
         keep = ([True] * len(self.rows) if len(self.flush_ms) != len(self.rows)
                 else undisturbed(self.flush_ms))
-        if len(self.exposed) == len(self.rows) and (
-                sum(self.exposed) <= EXPOSED_MAX_SHARE * len(self.rows)):
+        if len(self.exposed) == len(self.rows) and self.settled():
             keep = [k and not e for k, e in zip(keep, self.exposed, strict=True)]
         return keep
 

@@ -78,7 +78,8 @@ class JudgePlan:
                 "output_budget_gb": self.cfg.output_budget_gb,
                 "time": self.cfg.time if time is None else time,
                 "precision": self.task.precision.value, "float64": self.cfg.float64_check,
-                "state_path": str(self.tmp / "state.pt"), "timing": self.timing, **extra}
+                "state_path": str(self.tmp / "state.pt"), "timing": self.timing,
+                "activity": self.cfg.activity_record, **extra}
 
     def pack_bytes(self, reference: dict[str, Any], with_trials: bool = True) -> int | None:
         """Bytes of the candidate's output pack if its outputs match the reference's, its

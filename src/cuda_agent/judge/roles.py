@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from cuda_agent.judge import timing
+from cuda_agent.judge.activity import ActivityRecord
 from cuda_agent.judge.budget import OutputPlan, plan_outputs
 from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.transport import Packer, TransportError, pack_size
@@ -307,13 +308,22 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
     if job["time"]:
         result["stage"] = "timing"
         rotation = _rotation(job, ns)
-        measured = timing.measure(model, rotation, device, **_timing_kwargs(job),
-                                  audit=lambda inputs: checked(inputs, "timing"),
-                                  blocker=blocker, watch=lambda: no_new_threads(
-                                      "timing", "after a timed call returned"))
+        no_new_threads("timing", "before the timed calls")
+        record = ActivityRecord(blocker is not None and device.startswith("cuda")
+                                and job.get("activity", False))
+        with record:
+            if record.enabled:
+                threads.adopt()  # the recorder's own threads; no candidate code ran since
+            measured = timing.measure(model, rotation, device, **_timing_kwargs(job),
+                                      audit=lambda inputs: checked(inputs, "timing"),
+                                      blocker=blocker, watch=lambda: no_new_threads(
+                                          "timing", "after a timed call returned"))
+        if record.enabled:
+            threads.adopt()  # what stopping the recorder started; the last call was checked
         samples, last = measured.samples, measured.last
         result["samples_ms"], result["time_meaning"] = samples, measured.meaning
-        result["timing_details"] = measured.details
+        result["timing_details"] = measured.details | record.summary(
+            int(measured.details.get("gated_calls", 0)))
         timed = [{"variant": k, "out": _pack(packer, outputs)} for k, outputs in last]
         calls = max(3, min(1000, int(CROSSCHECK_MS / max(sorted(samples)[len(samples) // 2],
                                                            1e-3))))

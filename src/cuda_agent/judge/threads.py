@@ -80,6 +80,12 @@ class ThreadWatch:
         torch.ones(1 << 20).add_(1)
         return cls(native_threads(), torch.get_num_threads())
 
+    def adopt(self) -> None:
+        """Count the threads alive now as the judge's: call it only right after judge code
+        that starts threads of its own (the activity record), with no candidate code run
+        since the last check."""
+        self.known |= native_threads()
+
     def started(self) -> list[str]:
         """Names of the threads alive now that were not there when the watch settled."""
         return [_name(tid) for tid in sorted(native_threads() - self.known)

@@ -230,7 +230,7 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
             if count() >= min_runs and (timer is None or timer.probed()):
                 counted = timer.samples() if timer is not None else samples
                 tight = len(counted) >= min_runs and stats(counted).rel_ci <= target_rel_ci
-                if tight or _clock() > deadline:
+                if (tight and (timer is None or timer.settled())) or _clock() > deadline:
                     break
         for index in range(rotation.checked):
             timed(index)
@@ -245,6 +245,7 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
                "exposed": sum(timer.exposed), "late": sum(
                    e and not k for e, k in zip(timer.exposed, kept, strict=True)),
                "gate": timer.spread_ref_ms is not None, "unjoined": timer.unjoined(),
+               "gated_calls": timer.gated_calls,
                "spread_ref_ms": timer.spread_ref_ms,
                "spread_ms_max": max(timer.spreads, default=None),
                "flush_ms_median": statistics.median(timer.flush_ms or [0.0]),

@@ -104,12 +104,27 @@ def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
     (hack 14): a consumer on the calling stream would race with it, and the work itself
     would escape the time of the calling stream (``device_timer.DeviceTimer.unjoined``)."""
     unjoined, calls = int(details.get("unjoined") or 0), int(details.get("calls") or 0)
-    if not calls or unjoined <= UNJOINED_MAX_SHARE * calls:
+    overran = int(details.get("overran") or 0)
+    if details.get("activity_error") and not any("activity record" in f for f in verdict.flags):
+        verdict.flags.append(f"device activity record not taken ({details['activity_error']}): "
+                             "work left on another stream was looked for by the timer alone")
+    if details.get("activity_problem"):
+        verdict.correct = False
+        verdict.reasons.append("the device's activity record does not match the timed calls "
+                               f"({details['activity_problem']})")
+        return True
+    if overran:
+        seen = (f"{overran} of {calls} timed calls, by up to "
+                f"{float(details.get('overrun_us_max') or 0):.1f} us past the call's end, in "
+                "the device's activity record")
+    elif calls and unjoined > UNJOINED_MAX_SHARE * calls:
+        seen = f"{unjoined} of {calls} timed calls"
+    else:
         return False
     verdict.correct = False
     verdict.reasons.append(
         f"forward returned while work it had launched on another stream was still running "
-        f"({unjoined} of {calls} timed calls): join that stream before returning "
+        f"({seen}): join that stream before returning "
         "(torch.cuda.current_stream().wait_stream(stream), or cudaStreamWaitEvent in C++); "
         "a caller reading the outputs on its own stream would race with the work")
     return True

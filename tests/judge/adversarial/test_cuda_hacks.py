@@ -1,5 +1,6 @@
-"""The hacks that matter most on a GPU (1, 2, 8, 9, 13, 14), on CUDA, plus an honest fp32
-GEMM through cuBLAS that must pass. Run on a GPU machine: ``pytest -m gpu``."""
+"""The hacks that matter most on a GPU (1, 2, 8, 9, 13, 14, the last also with work of a few
+microseconds), on CUDA, plus an honest fp32 GEMM through cuBLAS that must pass. Run on a GPU
+machine: ``pytest -m gpu``."""
 
 from __future__ import annotations
 
@@ -25,11 +26,15 @@ from tests.judge.adversarial.kernels import JOB_QUEUE
 pytestmark = pytest.mark.gpu
 
 GPU = JudgeConfig(device="cuda", time_compile=False, time_budget_s=1.0, process_timeout_s=300)
+RECORDED = GPU.model_copy(update={"activity_record": True})  # the device's activity record
 
 TASKS = {
     # non-negative inputs keep TF32 and bf16 results within 1e-2 of the fp32 ones
     "gemm": make_task("a, b", "torch.matmul(a, b)",
                   "[torch.rand(2048, 2048), torch.rand(2048, 2048)]"),
+    # a GEMM of a few microseconds: work left on another stream ends soon after the call
+    "small_gemm": make_task("a, b", "torch.matmul(a, b)",
+                            "[torch.rand(256, 256), torch.rand(256, 256)]"),
     "tril_gemm": make_task("a, b", "torch.tril(torch.matmul(a, b))",
                        "[torch.randn(2048, 2048), torch.randn(2048, 2048)]"),
 }
@@ -260,6 +265,10 @@ HACKS = {
                              ("native thread",)),
     "14-private-stream": Hack("gemm", lambda d: write_workspace(d / "ws", PRIVATE_STREAM,
                                                                 SOURCES), ("another stream",)),
+    # too short for the post's block starts to show it; the device's activity record does
+    # (judged with activity_record on, which is off by default)
+    "14-private-stream-short": Hack("small_gemm", lambda d: write_workspace(
+        d / "ws", PRIVATE_STREAM, SOURCES), ("past the call's end",)),
 }
 CASES = [hack.param(name) for name, hack in HACKS.items()]
 
@@ -275,18 +284,22 @@ def _write_task(folder: Path, name: str) -> Path:
 def honest(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, JudgeResult]:
     folder = tmp_path_factory.mktemp("honest_gemm")
     task = _write_task(folder, "gemm")
-    result = judge(task, gemm_ws("cuda_extension.gemm_fp32(inputs[0], inputs[1])")(folder), GPU)
+    result = judge(task, gemm_ws("cuda_extension.gemm_fp32(inputs[0], inputs[1])")(folder),
+                   RECORDED)
     return task, result
 
 
 def test_honest_cublas_gemm_passes(honest: tuple[Path, JudgeResult]):
     _, result = honest
     assert result.correct and result.reward >= 1, said(result)
+    assert not any("activity record" in flag for flag in result.flags), result.flags
+    assert dict(result.phases).get("candidate.timing.activity", 0) > 0, result.phases
 
 
 @pytest.mark.parametrize("hack", CASES)
 def test_judge_rejects(tmp_path: Path, hack: Hack):
-    result = judge(_write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"), GPU)
+    config = RECORDED if hack.task == "small_gemm" else GPU
+    result = judge(_write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"), config)
     assert rejected(result, *hack.keywords), f"reward {result.reward}: {said(result)}"
 
 
