@@ -63,3 +63,19 @@ def test_an_overrun_in_the_record_fails_the_verdict_even_when_the_timer_saw_none
     broken = Verdict(None, "cuda", 0)
     assert _unjoined(broken, {"calls": 50, "activity_problem": "40 calls recorded, 91 made"})
     assert not broken.correct and "does not match" in broken.reasons[0]
+
+
+def test_a_profiler_that_cannot_record_the_device_is_reported_not_raised():
+    import warnings
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine's profiler records the device (the GPU tests cover it)")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "CUDA is not available, disabling CUDA profiling"
+        with ActivityRecord(enabled=True) as record:
+            torch.sin(torch.ones(8))
+    summary = record.summary(gated_calls=0)
+    assert summary["activity"] is False and summary["activity_error"], summary
