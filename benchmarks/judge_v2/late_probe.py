@@ -22,6 +22,7 @@ from typing import Any
 
 def main() -> int:
     import torch
+    from side_stream_probe import rotation  # sin's inputs: two sets of n floats
 
     from cuda_agent.build.builder import BuildConfig, Builder, load_extension
     from cuda_agent.judge import device_timer, timing
@@ -58,15 +59,9 @@ def main() -> int:
 
     device_timer.DeviceTimer.call = call
 
-    def rotation() -> timing.Rotation:
-        def variant(k: int) -> list[torch.Tensor]:
-            gen = torch.Generator(device="cuda").manual_seed(1000 + k)
-            return [torch.randn(n, device="cuda", generator=gen)]
-        return timing.Rotation(variant, 2)
-
     for run in range(args.runs):
         log.clear()
-        result = timing.measure(stalling, rotation(), "cuda", blocker=blocker, budget_s=2.0,
+        result = timing.measure(stalling, rotation(n), "cuda", blocker=blocker, budget_s=2.0,
                                 max_runs=2000)
         timer_rows = [r for r in log if "main" in r]
         base = statistics.median(r["main"] for r in timer_rows if not r["stalled"])

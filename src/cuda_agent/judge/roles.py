@@ -308,9 +308,10 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
     if job["time"]:
         result["stage"] = "timing"
         rotation = _rotation(job, ns)
-        no_new_threads("timing", "before the timed calls")
         record = ActivityRecord(blocker is not None and device.startswith("cuda")
                                 and job.get("activity", False))
+        if record.enabled:  # so that adopting the recorder's threads adopts none of theirs
+            no_new_threads("timing", "before the timed calls")
         with record:
             if record.enabled:
                 threads.adopt()  # the recorder's own threads; no candidate code ran since
