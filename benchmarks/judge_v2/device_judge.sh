@@ -25,6 +25,12 @@
 #   bash benchmarks/judge_v2/device_judge.sh v9 OUT_DIR   # fidelity as configured, then with
 #        the candidate timed in CP=3 processes (spin calibrated once); (TESTS=1: the judge's
 #        GPU tests and latency with 1 and 2 candidate processes instead)
+#   bash benchmarks/judge_v2/device_judge.sh v10 OUT_DIR   # (TESTS=1: CUDA hack, device timing
+#        and e2e tests), the calibrated kernel recorded and not, in-process (cupti_probe) and
+#        judged REPEATS times at SPIN with the activity record off and on
+#   bash benchmarks/judge_v2/device_judge.sh v11 OUT_DIR   # e2e tests, the calibrated kernel
+#        judged REPEATS times at SPIN with the activity record off and on (after the timed
+#        calls), then judge latency (ITERS edits of 1/40 and 1/12)
 #
 # Pure-Python packages missing on the machine may be placed as wheels in .whl/;
 # KernelBench problems are read from .bench/kernelbench.jsonl.
@@ -133,6 +139,42 @@ v9)
       ${spin:+--spin $spin} --set candidate_processes="${CP:-3}" 2>&1 | grep -v Warning \
       | tail -24
   fi
+  ;;
+v10)
+  if [ -n "${TESTS:-}" ]; then
+    echo "== CUDA hack, device timing and e2e tests"
+    timeout 300 python3 -m pytest -q -m gpu tests/judge/adversarial/test_cuda_hacks.py \
+      tests/judge/test_timing_gpu.py tests/gpu/test_cuda_e2e.py -p no:cacheprovider \
+      --timeout 150 -rfEsxX --durations=5 2>&1 | grep -v Warning | tee "$OUT/v10_tests.txt" \
+      | grep -E "^E  |passed|failed|^FAILED|^XPASS|^[0-9.]+s " | head -40
+  fi
+  echo "== the calibrated kernel, in-process, recorded and not"
+  timeout 150 python3 benchmarks/judge_v2/cupti_probe.py --only-calibrated --calls 200 \
+    --calibrated 0 --calibrated "${SPIN:-84846}" 2>&1 | grep -v Warning | tee "$OUT/cupti.txt"
+  for record in false true; do
+    echo "== the calibrated kernel judged, activity_record=$record"
+    timeout 150 python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/cal_$record" \
+      --kernelbench "$KB" --parts fidelity --candidates calibrated --spin "${SPIN:-84846}" \
+      --repeats "${REPEATS:-3}" --budget-s 120 --set baseline_processes=1 \
+      --set activity_record=$record 2>&1 | grep -v Warning | tail -14
+  done
+  ;;
+v11)
+  echo "== e2e tests"
+  timeout 200 python3 -m pytest -q -m gpu tests/gpu/test_cuda_e2e.py -p no:cacheprovider \
+    --timeout 150 -rfEsxX 2>&1 | grep -v Warning | tee "$OUT/e2e.txt" \
+    | grep -E "^E  |passed|failed|^FAILED" | head -20
+  for record in false true; do
+    echo "== the calibrated kernel judged, activity_record=$record"
+    timeout 130 python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/cal_$record" \
+      --kernelbench "$KB" --parts fidelity --candidates calibrated --spin "${SPIN:-84846}" \
+      --repeats "${REPEATS:-3}" --budget-s 100 --set baseline_processes=1 \
+      --set activity_record=$record 2>&1 | grep -v Warning | grep -E "^\| calibrated|flips"
+  done
+  echo "== latency, every phase"
+  timeout 150 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40,12 \
+    --iters "${ITERS:-3}" 2>&1 | grep -v Warning | tee "$OUT/latency.txt" \
+    | grep -E "iter|median|^   (build|candidate|compare|candidate.timing.activity) "
   ;;
 paired)
   timeout 560 python3 benchmarks/judge_v2/paired_probe.py --kernelbench "$KB" \

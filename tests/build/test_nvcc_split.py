@@ -240,9 +240,20 @@ def test_changed_fatbin_layout_falls_back_late(tmp_path: Path, monkeypatch):
     assert "k_launch" in _globals(tmp_path / "k.o")
 
 
+SLOW = """
+template <int N> __global__ void slow(float* x) {
+  float v = x[threadIdx.x];
+#pragma unroll
+  for (int i = 0; i < 2000; ++i) v = v * 1.0001f + static_cast<float>(N * i % 7);
+  x[threadIdx.x] = v;
+}
+""" + "".join(f"template __global__ void slow<{k}>(float*);\n" for k in range(40))
+"""Kernels that take cicc and ptxas about 3.4 s on two cores (the plain ones take 0.4 s)."""
+
+
 def test_timeout_stops_the_stages(tmp_path: Path):
-    source = _source(tmp_path, "k.cu", _kernels("k"))
-    done = _split(tmp_path, _command(source, tmp_path / "k.o"), timeout_s=0.4)
+    source = _source(tmp_path, "k.cu", _kernels("k") + SLOW)
+    done = _split(tmp_path, _command(source, tmp_path / "k.o"), timeout_s=1.0)
     assert not done.ok and "timed out" in done.log
     assert not (tmp_path / "k.o").exists()
 

@@ -3,7 +3,7 @@ outlived them, on spans laid out as the profiler reports them."""
 
 from __future__ import annotations
 
-from cuda_agent.judge.activity import ActivityRecord, Span, overruns
+from cuda_agent.judge.activity import ActivityRecord, Span, WatchedRecord, overruns
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.verify import _unjoined
 
@@ -37,25 +37,25 @@ def test_a_record_that_does_not_pair_holders_and_posts_is_a_problem():
 def test_summary_counts_calls_against_the_timer_and_off_the_gpu_records_nothing():
     record = ActivityRecord(enabled=True)
     record._profile, record.spans = object(), call(0, ("k", 55_000, 70_000)) + call(1_000_000)
-    summary = record.summary(gated_calls=2)
+    summary = record.summary(calls=2)
     assert summary["activity"] and summary["overran"] == 1 and summary["activity_problem"] is None
     assert summary["overrun_us_max"] == 10.0
-    assert "2 calls recorded, 3 made" in record.summary(gated_calls=3)["activity_problem"]
+    assert "2 calls recorded, 3 made" in record.summary(calls=3)["activity_problem"]
     record.spans = []  # a profiler that saw no device at all: not taken, not a problem
-    assert record.summary(gated_calls=3) == {
+    assert record.summary(calls=3) == {
         "activity": False, "activity_error": "the profiler recorded no device activity"}
     with ActivityRecord(enabled=False) as off:
         pass
-    assert off.summary(gated_calls=0) == {"activity": False}
+    assert off.summary(calls=0) == {"activity": False}
 
 
 def test_an_overrun_in_the_record_fails_the_verdict_even_when_the_timer_saw_none():
     verdict = Verdict(None, "cuda", 0)
     assert not _unjoined(verdict, {"unjoined": 0, "calls": 50, "overran": 0, "activity": True})
     assert not verdict.reasons
-    assert _unjoined(verdict, {"unjoined": 0, "calls": 50, "overran": 3,
+    assert _unjoined(verdict, {"unjoined": 0, "calls": 50, "overran": 3, "activity_calls": 32,
                                "overrun_us_max": 4.3})
-    assert not verdict.correct and "3 of 50 timed calls" in verdict.reasons[0]
+    assert not verdict.correct and "3 of 32 calls recorded" in verdict.reasons[0]
     assert "4.3 us" in verdict.reasons[0] and "activity record" in verdict.reasons[0]
     untaken = Verdict(None, "cuda", 0)
     assert not _unjoined(untaken, {"calls": 50, "activity": False, "activity_error": "no CUPTI"})
@@ -77,5 +77,24 @@ def test_a_profiler_that_cannot_record_the_device_is_reported_not_raised():
         warnings.simplefilter("ignore")  # "CUDA is not available, disabling CUDA profiling"
         with ActivityRecord(enabled=True) as record:
             torch.sin(torch.ones(8))
-    summary = record.summary(gated_calls=0)
+    summary = record.summary(calls=0)
     assert summary["activity"] is False and summary["activity_error"], summary
+
+
+def test_a_watched_record_checks_threads_first_and_adopts_only_the_recorders():
+    seen: list[str] = []
+
+    def watched() -> WatchedRecord:
+        return WatchedRecord(ActivityRecord(enabled=False), lambda: seen.append("check"),
+                             lambda: seen.append("adopt"))
+
+    with watched():
+        seen.append("calls")
+    assert seen == ["check", "adopt", "calls", "adopt"]
+    seen.clear()
+    try:  # a call inside found a new thread: nothing is adopted after the record stops
+        with watched():
+            raise RuntimeError("a new thread after a recorded call")
+    except RuntimeError:
+        pass
+    assert seen == ["check", "adopt"]

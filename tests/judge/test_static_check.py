@@ -37,3 +37,16 @@ def test_introspection_is_refused():
 def test_missing_class_and_syntax():
     assert check_source("x = 1\n") == ["model_new.py defines no class `ModelNew`"]
     assert "syntax error" in check_source("def (:\n")[0]
+
+
+def test_a_candidate_may_not_look_at_the_profiler():
+    sources = ["import torch.profiler\n",
+               "from torch.autograd import profiler\n",
+               "on = torch._C._autograd._profiler_enabled()\n",
+               "on = getattr(torch.autograd, 'PROFILER'.lower())\n",
+               "import ctypes\nlib = ctypes.CDLL('libcupti.so')\n"]
+    for source in sources:
+        problems = check_source(f"{HEAD}{source}class ModelNew(nn.Module):\n    pass\n")
+        assert any("how the judge records the device" in p for p in problems), source
+    assert check_source(f"{HEAD}class ModelNew(nn.Module):\n    def forward(self, x):\n"
+                        "        return cuda_extension.profile_free(x)\n") == []

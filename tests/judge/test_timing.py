@@ -201,6 +201,20 @@ def test_calls_queued_after_their_holder_could_open_are_left_out():
     assert not timer.settled()  # and measure() times more calls while that lasts
 
 
+def test_the_slowest_counted_row_is_reported_term_by_term():
+    rows = [(0.100, 0.020, 0.008)] * 4
+    rows[1] = (0.400, 0.020, 0.008)  # exposed: left out, so not the slowest that counts
+    rows[3] = (0.100, 0.020, 0.070)  # the final sync took 62 us longer than idle
+    timer = _timer(rows, [])
+    timer.flush_ms, timer.queued_ms = [0.084] * 4, [0.01, 0.5, 0.01, 0.02]
+    timer.exposed = [False, True, False, False]
+    slowest = timer.slowest()
+    assert slowest is not None and slowest["row"] == 3
+    assert slowest["residual_ms"] == 0.070 and slowest["queued_ms"] == 0.02
+    assert slowest["sample_ms"] == pytest.approx(max(timer.samples()))
+    assert _timer([], []).slowest() is None
+
+
 def test_nothing_is_left_out_when_most_flushes_are_slow_or_none_were_timed():
     assert undisturbed([0.084] * 3 + [0.100] * 7) == [True] * 10  # 7 of 10 slow: kept
     assert undisturbed([0.084, 0.0844, 0.0849]) == [True] * 3  # within the 5% margin

@@ -80,9 +80,15 @@ def test_a_call_queued_late_is_left_out_and_the_holder_waits_longer(blocker: Blo
     # at least 60 calls: enough stalls for the wait to grow (a run may otherwise stop at
     # its interval after 10-20 calls, with one or two stalls left out)
     result = measure(stalling, rotation(), "cuda", blocker=blocker, min_runs=60, **OPTIONS)
-    why = {k: result.details[k] for k in ("calls", "exposed", "late", "pre_ns", "disturbed")}
+    why = {k: result.details[k] for k in ("calls", "exposed", "late", "pre_ns", "disturbed",
+                                          "slowest", "post_ref_ms", "idle_residual_ms")}
+    why = str(why)  # whole: pytest shortens a dict
     assert result.details["exposed"] >= 2 and result.details["pre_ns"] >= 300_000, why
-    assert max(result.samples) < 1.5 * base, why  # no sample counts a stall
+    # no sample counts a stall (one would be the slowest: a stall adds 300-550 us to the call's
+    # own term); the final sync's host time may still add tens of us to a rare sample
+    slowest = result.details["slowest"]
+    assert slowest["main_ms"] < 1.5 * base, why
+    assert sum(s > 1.5 * base for s in result.samples) <= 2, why
     assert stats(result.samples).median_ms == pytest.approx(base, rel=0.03)
 
 

@@ -1,4 +1,4 @@
-"""The device's own record of the timed calls (CUPTI, through torch's profiler).
+"""The device's own record of the candidate's calls (CUPTI, through torch's profiler).
 
 Through the gate, ``blocker_post`` waits on the judge's stream for an event recorded after
 the call, so every piece of device work the call joined has ended before the post's first
@@ -8,19 +8,24 @@ by more than their usual spread; short work (``sin`` over 2M floats, about 10 us
 escaped it in about half the calls. The activity record sees every kernel, copy and fill
 with its start and end on the device's clock, so it finds the overrun whatever its length.
 
-The record covers every timed call, so a candidate cannot be honest only in some of them.
-In-process probes saw recorded calls within 0.3 us of unrecorded ones
-(``benchmarks/judge_v2/cupti_probe.py``), but in the judge's worker one kernel (every thread
-spinning on the SM clock) was timed about 20% slower while recorded, so the record is an
-option, off by default (``JudgeConfig.activity_record``; docs/judge.md). Where the profiler
-cannot record device activity, the record says why and the judge falls back on the timer's
-own check.
+The record is taken over further calls through the same gate after the timed ones
+(``timing.measure``'s ``record``; ``timing.RECORDED_CALLS``), none of them timed: recording
+changes how some kernels run. On an H100 a kernel of one full wave at full occupancy (8
+blocks of 256 threads per SM, each thread spinning on the SM clock) took 84 us unrecorded and
+108 us recorded, in-process, while the same kernel at 4 blocks per SM, a one-thread spin, a
+GEMM and ``sin`` kept their times (``benchmarks/judge_v2/cupti_probe.py``). A candidate
+cannot tell the recorded calls from the timed ones by their inputs; it could by asking the
+profiler, which ``model_new.py`` may not mention (``static_check``), or from native code
+(docs/judge.md, limits). On by default
+(``JudgeConfig.activity_record``). Where the profiler cannot record device activity, the
+record says why and the judge falls back on the timer's own check.
 """
 
 from __future__ import annotations
 
 import time
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,9 +117,10 @@ class ActivityRecord:
             self.error = f"{type(exc).__name__}: {exc}"[:300]
         self.seconds = time.perf_counter() - start
 
-    def summary(self, gated_calls: int) -> dict[str, Any]:
+    def summary(self, calls: int) -> dict[str, Any]:
         """Timing details: whether the record was taken, how many calls it holds against the
-        ``gated_calls`` the timer made, and how many overran (the largest overrun, us)."""
+        ``calls`` made through the gate while it was open, and how many overran (the largest
+        overrun, us)."""
         if not self.enabled:
             return {"activity": False}
         if self._profile is None or self.error:
@@ -124,9 +130,31 @@ class ActivityRecord:
                     "activity_error": "the profiler recorded no device activity"}
         found = overruns(self.spans)
         problem = found.problem
-        if problem is None and found.calls != gated_calls:
-            problem = f"{found.calls} calls recorded, {gated_calls} made"
+        if problem is None and found.calls != calls:
+            problem = f"{found.calls} calls recorded, {calls} made"
         return {"activity": True, "activity_calls": found.calls,
-                "activity_seconds": self.seconds,
+                "activity_read_seconds": self.seconds,
                 "activity_problem": problem, "overran": found.overran,
                 "overrun_us_max": max(found.late_ns, default=0) / 1e3}
+
+
+class WatchedRecord:
+    """A record as a worker opens it among watched threads: ``check`` first (no thread of the
+    candidate's may hide among the recorder's), then ``adopt`` once the recorder has started
+    its threads and again once it has stopped (when nothing went wrong meanwhile: the calls
+    inside are watched one by one)."""
+
+    def __init__(self, record: ActivityRecord, check: Callable[[], None],
+                 adopt: Callable[[], None]):
+        self.record, self.check, self.adopt = record, check, adopt
+
+    def __enter__(self) -> ActivityRecord:
+        self.check()
+        self.record.__enter__()
+        self.adopt()
+        return self.record
+
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        self.record.__exit__(kind, *exc)
+        if kind is None:
+            self.adopt()

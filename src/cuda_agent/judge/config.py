@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v10"
+JUDGE_VERSION = "judge-v11"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -51,6 +51,10 @@ History:
   taken during the candidate's timed calls, and a candidate whose work on another stream
   ended after the call's post had started, in any timed call, is not correct
   (``judge.activity``).
+- judge-v11: the activity record is on by default and taken over 32 further calls through
+  the gate after the timed ones, none of them timed (recording changed how a kernel of one
+  full wave at full occupancy ran: on an H100 it took 20-30% longer while recorded);
+  ``model_new.py`` may not refer to the profiler.
 """
 
 
@@ -92,12 +96,13 @@ class JudgeConfig(BaseModel):
         "H100) and keeps one slow process from setting the runtime (from 3 on); on an H100 "
         "it did not narrow the spread across judgements (docs/benchmarks.md, Judge-v9).")
     activity_record: bool = Field(
-        False, description="On CUDA, record the device's own activity (CUPTI, through torch's "
-        "profiler) during the candidate's timed calls, and fail a candidate whose work on "
-        "another stream outlived any call, however short (docs/judge.md, 'The device's "
-        "activity record'). Off by default: on an H100 a kernel whose every thread spins on "
-        "the SM clock was timed about 20% slower while recorded, which is not yet explained. "
-        "Where the profiler cannot record, the timer's own check stands alone.")
+        True, description="On CUDA, after the candidate's timed calls, record the device's "
+        "own activity (CUPTI, through torch's profiler) over 32 further calls through the "
+        "same gate, none of them timed, and fail a candidate whose work on another stream "
+        "outlived any of them, however short (docs/judge.md, 'The device's activity "
+        "record'). The timed calls are not recorded: on an H100, recording made a kernel of "
+        "one full wave at full occupancy take 20-30% longer. Where the profiler cannot "
+        "record, the timer's own check stands alone (the result carries a flag).")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "

@@ -189,7 +189,9 @@ class DeviceTimer:
         self.idle_tails: list[float] = []  # blocker_post's time in the idle probes
         self.flush_ms: list[float] = []  # the flush before each row's call
         self.exposed: list[bool] = []  # each row's call: queued after its holder could open
+        self.queued_ms: list[float] = []  # each row's call: host time from arming to ev1
         self._last_exposed = False
+        self._last_queued_ms = 0.0
         self.gated_calls = 0  # calls through the gate (calibration and idle probes too)
         self._flush_events: list[Any] = []
         self._last_flush_ms = 0.0
@@ -220,7 +222,9 @@ class DeviceTimer:
             _record(ev0)
         out = fn(*inputs)
         _record(ev1)
-        self._last_exposed = (_clock() - armed) * 1e9 > self.pre_ns - EXPOSED_MARGIN_NS
+        queued = _clock() - armed
+        self._last_queued_ms = queued * 1e3
+        self._last_exposed = queued * 1e9 > self.pre_ns - EXPOSED_MARGIN_NS
         if gated:
             _wait_event(self._own, ev1)
             self.blocker.close(POST_NS)
@@ -276,6 +280,7 @@ class DeviceTimer:
         self.rows.append((main, tail, residual))
         self.flush_ms.append(self._last_flush_ms)
         self.exposed.append(self._last_exposed)
+        self.queued_ms.append(self._last_queued_ms)
         if self._last_spread is not None:
             self.spreads.append(self._last_spread)
         if self._last_exposed and sum(self.exposed[-EXPOSED_WINDOW:]) >= 2:
@@ -328,6 +333,21 @@ class DeviceTimer:
         if not self.probed() or not self.idle_tails:
             return self.post_ref_ms
         return _percentile(self.idle_tails, 0.9) + TAIL_SLACK_MS
+
+    def slowest(self) -> dict[str, Any] | None:
+        """The slowest row that counts, term by term (ms), for reports: which part of the
+        protocol a slow sample came from."""
+        idle, post_ref = self.idle_ref_ms(), self.post_ref()
+        rows = [(device_sample(*row, post_ref, idle), k) for k, (row, keep)
+                in enumerate(zip(self.rows, self.kept(), strict=True)) if keep]
+        if not rows:
+            return None
+        sample, k = max(rows)
+        main, tail, residual = self.rows[k]
+        return {"row": k, "sample_ms": sample, "main_ms": main, "tail_ms": tail,
+                "residual_ms": residual,
+                "flush_ms": self.flush_ms[k] if k < len(self.flush_ms) else None,
+                "queued_ms": self.queued_ms[k] if k < len(self.queued_ms) else None}
 
     def samples(self) -> list[float]:
         """The samples of the rows that count, in order."""

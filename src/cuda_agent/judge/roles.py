@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from cuda_agent.judge import timing
-from cuda_agent.judge.activity import ActivityRecord
+from cuda_agent.judge.activity import ActivityRecord, WatchedRecord
 from cuda_agent.judge.budget import OutputPlan, plan_outputs
 from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.transport import Packer, TransportError, pack_size
@@ -310,21 +310,17 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         rotation = _rotation(job, ns)
         record = ActivityRecord(blocker is not None and device.startswith("cuda")
                                 and job.get("activity", False))
-        if record.enabled:  # so that adopting the recorder's threads adopts none of theirs
-            no_new_threads("timing", "before the timed calls")
-        with record:
-            if record.enabled:
-                threads.adopt()  # the recorder's own threads; no candidate code ran since
-            measured = timing.measure(model, rotation, device, **_timing_kwargs(job),
-                                      audit=lambda inputs: checked(inputs, "timing"),
-                                      blocker=blocker, watch=lambda: no_new_threads(
-                                          "timing", "after a timed call returned"))
-        if record.enabled:
-            threads.adopt()  # what stopping the recorder started; the last call was checked
+        measured = timing.measure(model, rotation, device, **_timing_kwargs(job),
+                                  audit=lambda inputs: checked(inputs, "timing"),
+                                  blocker=blocker, watch=lambda: no_new_threads(
+                                      "timing", "after a timed call returned"),
+                                  record=WatchedRecord(record, lambda: no_new_threads(
+                                      "timing", "before the recorded calls"), threads.adopt)
+                                  if record.enabled else None)
         samples, last = measured.samples, measured.last
         result["samples_ms"], result["time_meaning"] = samples, measured.meaning
         result["timing_details"] = measured.details | record.summary(
-            int(measured.details.get("gated_calls", 0)))
+            int(measured.details.get("recorded_calls", 0)))
         timed = [{"variant": k, "out": _pack(packer, outputs)} for k, outputs in last]
         calls = max(3, min(1000, int(CROSSCHECK_MS / max(sorted(samples)[len(samples) // 2],
                                                            1e-3))))

@@ -24,6 +24,9 @@ INTROSPECTION = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.
                  "_get_current_dispatch_mode", "_python_dispatch", "sys.modules",
                  "sys.settrace", "sys.setprofile", "_DisableTorchDispatch",
                  "_disable_current_modes", "_set_dispatch_mode")
+PROFILER_WORDS = ("profiler", "kineto", "cupti")
+"""A candidate that could tell when the device's activity is recorded could leave work on a
+private stream only in the calls that are not (``judge.activity``)."""
 
 
 def check_source(source: str) -> list[str]:
@@ -48,6 +51,7 @@ def check_source(source: str) -> list[str]:
         if name and any(name == bad or name.endswith("." + bad) for bad in INTROSPECTION):
             problems.append(f"model_new.py:{node.lineno}: uses {name} (not allowed: a "
                             "candidate may not introspect the judge's process)")
+    problems += _profiler_references(tree)
     model_new = next((n for n in tree.body if isinstance(n, ast.ClassDef)
                       and n.name == "ModelNew"), None)
     if model_new is None:
@@ -84,6 +88,29 @@ def _check_forward(forward: ast.FunctionDef) -> list[str]:
                 parts[-1] in COMPUTE_METHODS:
             problems.append(f"{where}: calls .{parts[-1]}() (not allowed: PyTorch compute)")
     return list(dict.fromkeys(problems))
+
+
+def _profiler_references(tree: ast.Module) -> list[str]:
+    """Names, imports and strings that mention the profiler or the device's activity API."""
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            words = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            words = [node.module or ""] + [alias.name for alias in node.names]
+        elif isinstance(node, ast.Attribute):
+            words = [node.attr]
+        elif isinstance(node, ast.Name):
+            words = [node.id]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words = [node.value]
+        else:
+            continue
+        hit = next((w for w in words if any(p in w.lower() for p in PROFILER_WORDS)), None)
+        if hit is not None:
+            problems.append(f"model_new.py:{node.lineno}: refers to '{hit[:60]}' (not allowed: "
+                            "a candidate may not look at how the judge records the device)")
+    return problems
 
 
 def _dotted(node: ast.AST) -> str | None:

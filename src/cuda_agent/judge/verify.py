@@ -110,11 +110,12 @@ def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
                              "work left on another stream was looked for by the timer alone")
     if details.get("activity_problem"):
         verdict.correct = False
-        verdict.reasons.append("the device's activity record does not match the timed calls "
+        verdict.reasons.append("the device's activity record does not match the calls made "
                                f"({details['activity_problem']})")
         return True
     if overran:
-        seen = (f"{overran} of {calls} timed calls, by up to "
+        recorded = int(details.get("activity_calls") or 0)
+        seen = (f"{overran} of {recorded} calls recorded after the timed ones, by up to "
                 f"{float(details.get('overrun_us_max') or 0):.1f} us past the call's end, in "
                 "the device's activity record")
     elif calls and unjoined > UNJOINED_MAX_SHARE * calls:

@@ -26,7 +26,7 @@ from tests.judge.adversarial.kernels import JOB_QUEUE
 pytestmark = pytest.mark.gpu
 
 GPU = JudgeConfig(device="cuda", time_compile=False, time_budget_s=1.0, process_timeout_s=300)
-RECORDED = GPU.model_copy(update={"activity_record": True})  # the device's activity record
+TIMER_ONLY = GPU.model_copy(update={"activity_record": False})  # no device activity record
 
 TASKS = {
     # non-negative inputs keep TF32 and bf16 results within 1e-2 of the fp32 ones
@@ -266,7 +266,7 @@ HACKS = {
     "14-private-stream": Hack("gemm", lambda d: write_workspace(d / "ws", PRIVATE_STREAM,
                                                                 SOURCES), ("another stream",)),
     # too short for the post's block starts to show it; the device's activity record does
-    # (judged with activity_record on, which is off by default)
+    # (the long work above is judged without the record: the timer alone catches it)
     "14-private-stream-short": Hack("small_gemm", lambda d: write_workspace(
         d / "ws", PRIVATE_STREAM, SOURCES), ("past the call's end",)),
 }
@@ -284,8 +284,7 @@ def _write_task(folder: Path, name: str) -> Path:
 def honest(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, JudgeResult]:
     folder = tmp_path_factory.mktemp("honest_gemm")
     task = _write_task(folder, "gemm")
-    result = judge(task, gemm_ws("cuda_extension.gemm_fp32(inputs[0], inputs[1])")(folder),
-                   RECORDED)
+    result = judge(task, gemm_ws("cuda_extension.gemm_fp32(inputs[0], inputs[1])")(folder), GPU)
     return task, result
 
 
@@ -298,7 +297,7 @@ def test_honest_cublas_gemm_passes(honest: tuple[Path, JudgeResult]):
 
 @pytest.mark.parametrize("hack", CASES)
 def test_judge_rejects(tmp_path: Path, hack: Hack):
-    config = RECORDED if hack.task == "small_gemm" else GPU
+    config = TIMER_ONLY if hack is HACKS["14-private-stream"] else GPU
     result = judge(_write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"), config)
     assert rejected(result, *hack.keywords), f"reward {result.reward}: {said(result)}"
 
