@@ -102,3 +102,24 @@ def test_a_file_candidate_compiles_once_for_all_its_processes(tmp_path: Path,
     assert result.correct and result.timing.processes == 2, result.reasons
     phases = dict(result.phases)
     assert phases["candidate2.load"] < 0.3 * phases["candidate.load"], phases
+
+
+def test_extra_processes_with_large_outputs_are_staged_in_turn(
+        scale_add_task: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch):
+    """Past ``LAZY_PACK_BYTES`` of timed outputs, each extra process is staged just before
+    it runs and its outputs are checked at once, so no two extra packs are held together;
+    wrong outputs in a later process still fail."""
+    from cuda_agent.judge import retime
+
+    monkeypatch.setattr(retime, "LAZY_PACK_BYTES", 0)  # these outputs count as large
+    three = TIMED.model_copy(update={"candidate_processes": 3})
+    task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
+    result = Judge(three).judge(task, candidate)
+    assert result.correct and result.timing.processes == 3, result.reasons
+    phases = dict(result.phases)
+    for name in ("stage_candidate2", "stage_candidate3", "candidate3.timing"):
+        assert phases[name] > 0.0, (name, phases)
+    (workspace / "model_new.py").write_text(textwrap.dedent(SECOND_PROCESS_WRONG))
+    wrong = Judge(three).judge(task, Candidate.from_ref(workspace))
+    assert not wrong.correct and "timed output differs" in " ".join(wrong.reasons)
+    assert "candidate3" not in dict(wrong.phases)  # failed at process 2: 3 never ran

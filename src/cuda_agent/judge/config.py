@@ -94,7 +94,8 @@ class JudgeConfig(BaseModel):
         "threads and streams watched the same way); the runtime is pooled like the baselines'. "
         "Each extra process adds its timing to a judgement (0.57 s for KernelBench 1/40 on an "
         "H100) and keeps one slow process from setting the runtime (from 3 on); on an H100 "
-        "it did not narrow the spread across judgements (docs/benchmarks.md, Judge-v9).")
+        "it did not narrow the spread across judgements (docs/benchmarks.md, Judge-v9). Past "
+        "256 MiB of timed outputs the extra processes are staged one at a time.")
     activity_record: bool = Field(
         True, description="On CUDA, after the candidate's timed calls, record the device's "
         "own activity (CUPTI, through torch's profiler) over 32 further calls through the "

@@ -36,11 +36,11 @@ from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
-from cuda_agent.judge.retime import Timed, stage_extra, time_again
+from cuda_agent.judge.retime import Staging, Timed, stage_extra, time_again
 from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
-from cuda_agent.judge.verify import check_outputs, check_timing
+from cuda_agent.judge.verify import check_outputs, check_run, check_timing
 from cuda_agent.results import JudgeResult
 from cuda_agent.tasks.shapes import input_shapes, shape_tasks
 from cuda_agent.tasks.task import Task, TaskError
@@ -211,8 +211,14 @@ class Judge:
         with verdict.phase("stage_candidate"):
             first = confine.stage_candidate(workers[0], snapshot, plan.tmp / "state.pt",
                                             kind, self.device, plan.pack_bytes(reference))
-            return [first, *stage_extra(plan, snapshot, kind, workers[1:], self.device,
-                                        reference)]
+            return [first, *stage_extra(self._staging(plan, snapshot, kind, reference),
+                                        workers[1:])]
+
+    def _staging(self, plan: JudgePlan, snapshot: Path, kind: str,
+                 reference: dict[str, Any]) -> Staging:
+        """How the extra candidate workers are staged (packs for timed outputs alone)."""
+        return Staging(plan, snapshot, kind, self.device,
+                       plan.pack_bytes(reference, with_trials=False))
 
     def _reference(self, verdict: Verdict, plan: JudgePlan, ref_worker: Worker,
                    job: dict[str, Any] | None) -> tuple[WorkerOutcome, dict[str, Any]]:
@@ -285,7 +291,9 @@ class Judge:
                 return verdict.finish(cfg.faster_margin)
         verdict.correct = cfg.check and not leftover
         if cfg.time and verdict.correct:
-            again = time_again(verdict, plan, extra, staged[1:], job, snapshot, kind)
+            again = time_again(verdict, self._staging(plan, snapshot, kind, reference), extra,
+                               staged[1:], job,
+                               lambda run: check_run(verdict, run, base, reference, cfg))
             if again is None:
                 return verdict.fail()
             with verdict.phase("compare_timed"):

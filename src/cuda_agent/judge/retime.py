@@ -4,11 +4,13 @@ A time measured in one process carries that process's offset (on an H100 a 50-90
 kernel's median moves by 0.15-0.35% from one process to the next, while each process's own
 interval is 0.2%). Each extra process is staged like the first (confined, its pack lent),
 runs the timing part of the candidate's job alone, and sends back its timed outputs, which
-the judge re-checks as it does the first process's (``verify.check_timing``).
+the judge re-checks as it does the first process's (``verify.check_run``) as soon as they
+arrive.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,31 +29,54 @@ class Timed:
     outputs: list[dict[str, Any]]
 
 
-def stage_extra(plan: JudgePlan, snapshot: Path, kind: str, workers: list[Worker],
-                device: str, reference: dict[str, Any]) -> list[dict[str, Any]]:
-    """Stage each extra worker (its pack sized for the timed outputs alone) and, on CUDA,
-    make its context and map its pack now."""
-    size = plan.pack_bytes(reference, with_trials=False)
-    fields = []
-    for worker in workers:
-        staged = confine.stage_candidate(worker, snapshot, plan.tmp / "state.pt", kind,
-                                         device, size)
-        if device.startswith("cuda"):
-            worker.prepare(device, staged)
-        fields.append(staged)
-    return fields
+LAZY_PACK_BYTES = 256 << 20
+"""Extra processes whose timed outputs take more than this are staged one at a time, each
+just before it runs, and their outputs checked and dropped at once: otherwise every extra
+process's pack would be held together (gigabytes each for KernelBench's largest problems)."""
 
 
-def time_again(verdict: Verdict, plan: JudgePlan, workers: list[Worker],
-               staged: list[dict[str, Any]], job: dict[str, Any], snapshot: Path, kind: str
-               ) -> list[Timed] | None:
+@dataclass(frozen=True)
+class Staging:
+    """What staging an extra worker needs: its pack's size is the timed outputs' alone."""
+
+    plan: JudgePlan
+    snapshot: Path
+    kind: str
+    device: str
+    size: int | None
+
+    @property
+    def lazy(self) -> bool:
+        return self.size is not None and self.size > LAZY_PACK_BYTES
+
+    def stage(self, worker: Worker) -> dict[str, Any]:
+        """Stage ``worker`` and, on CUDA, make its context and map its pack now."""
+        staged = confine.stage_candidate(worker, self.snapshot, self.plan.tmp / "state.pt",
+                                         self.kind, self.device, self.size)
+        if self.device.startswith("cuda"):
+            worker.prepare(self.device, staged)
+        return staged
+
+
+def stage_extra(staging: Staging, workers: list[Worker]) -> list[dict[str, Any] | None]:
+    """Stage each extra worker now (None for each where ``staging.lazy``: staged in turn)."""
+    return [None if staging.lazy else staging.stage(worker) for worker in workers]
+
+
+def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
+               staged: list[dict[str, Any] | None], job: dict[str, Any],
+               check: Callable[[Timed], bool]) -> list[Timed] | None:
     """Run ``job`` (the candidate's, without its trials) in each extra worker, one after
-    another (a file candidate's with what the first process compiled); their timings, or
-    None after adding the reason a process failed."""
-    runs = []
+    another (a file candidate's with what the first process compiled), each run's timed
+    outputs passed to ``check`` and dropped; their timings, or None after adding the reason
+    a process failed."""
+    plan, runs = staging.plan, []
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
         role = f"candidate{k}"
-        confine.lend_inline_cache(worker, snapshot, kind)
+        if fields is None:
+            with verdict.phase(f"stage_{role}"):
+                fields = staging.stage(worker)
+        confine.lend_inline_cache(worker, staging.snapshot, staging.kind)
         with verdict.phase(role):
             done = worker.run({**job, **fields, "check": False}, plan.cfg.process_timeout_s,
                               hold=True)
@@ -72,5 +97,7 @@ def time_again(verdict: Verdict, plan: JudgePlan, workers: list[Worker],
             verdict.reasons.append(f"candidate left {leftover} process(es) running in timing "
                                    f"process {k} (killed)")
             return None
-        runs.append(Timed(done, got[1]))
+        if not check(Timed(done, got[1])):
+            return None
+        runs.append(Timed(done, []))  # checked: its outputs need not be held any longer
     return runs

@@ -57,29 +57,40 @@ def _same_shapes(reference: list[list[Any]], outputs: list[list[Any]]) -> bool:
                for r, o in zip(reference, outputs, strict=True))
 
 
+def check_run(verdict: Verdict, run: Timed, base: Baselines, reference: dict[str, Any],
+              cfg: JudgeConfig) -> bool:
+    """Re-check one process's timed outputs, its calls' joins and its time's meaning;
+    False after failing the verdict."""
+    for record in run.outputs:
+        expected = reference["timed"][record["variant"]]
+        check = compare_trials([expected], [record["out"]], cfg.atol, cfg.rtol)
+        if not check.correct:
+            verdict.correct = False
+            verdict.reasons.append("timed output differs from the reference for its "
+                                   "inputs (results reused across calls?): "
+                                   f"{check.reasons[0]}")
+            return False
+    if _unjoined(verdict, run.outcome.result.get("timing_details") or {}):
+        return False
+    meaning = run.outcome.result.get("time_meaning", "wall")
+    if meaning != base.meaning or meaning not in TIME_MEANINGS:
+        verdict.correct = False
+        verdict.reasons.append(f"candidate timed as {meaning!r} time, baselines as "
+                               f"{base.meaning!r}: not comparable (the judge's timer did "
+                               "not load in the candidate's process?)")
+        return False
+    return True
+
+
 def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
                  reference: dict[str, Any], cfg: JudgeConfig) -> None:
-    """Re-check every process's timed outputs, pool their timings, cross-check clocks (the
-    first process's), flag the floor."""
+    """Re-check every process's timed outputs (those of runs ``check_run`` passed already
+    are empty), pool their timings, cross-check clocks (the first process's), flag the
+    floor."""
     for run in runs:
-        for record in run.outputs:
-            expected = reference["timed"][record["variant"]]
-            check = compare_trials([expected], [record["out"]], cfg.atol, cfg.rtol)
-            if not check.correct:
-                verdict.correct = False
-                verdict.reasons.append("timed output differs from the reference for its "
-                                       "inputs (results reused across calls?): "
-                                       f"{check.reasons[0]}")
-                return
-        if _unjoined(verdict, run.outcome.result.get("timing_details") or {}):
+        if not check_run(verdict, run, base, reference, cfg):
             return
-        meaning = run.outcome.result.get("time_meaning", "wall")
-        if meaning != base.meaning or meaning not in TIME_MEANINGS:
-            verdict.correct = False
-            verdict.reasons.append(f"candidate timed as {meaning!r} time, baselines as "
-                                   f"{base.meaning!r}: not comparable (the judge's timer did "
-                                   "not load in the candidate's process?)")
-            return
+    meaning = runs[0].outcome.result.get("time_meaning", "wall")
     # statistics are computed here, from the raw samples, not in the candidate's process
     measured = pooled([worker_stats(run.outcome.result) for run in runs])
     cand = runs[0].outcome
