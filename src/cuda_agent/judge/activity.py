@@ -15,8 +15,8 @@ blocks of 256 threads per SM, each thread spinning on the SM clock) took 84 us u
 108 us recorded, in-process, while the same kernel at 4 blocks per SM, a one-thread spin, a
 GEMM and ``sin`` kept their times (``benchmarks/judge_v2/cupti_probe.py``). A candidate
 cannot tell the recorded calls from the timed ones by their inputs; it could by asking the
-profiler, which ``model_new.py`` may not mention (``static_check``), or from native code
-(docs/judge.md, limits). On by default
+profiler, which ``model_new.py`` may not mention (``static_check``), from native code, or
+by the pause that starting the recorder makes (docs/judge.md, limits). On by default
 (``JudgeConfig.activity_record``). Where the profiler cannot record device activity, the
 record says why and the judge falls back on the timer's own check.
 """
