@@ -44,9 +44,15 @@ def test_a_candidate_may_not_look_at_the_profiler():
                "from torch.autograd import profiler\n",
                "on = torch._C._autograd._profiler_enabled()\n",
                "on = getattr(torch.autograd, 'PROFILER'.lower())\n",
-               "import ctypes\nlib = ctypes.CDLL('libcupti.so')\n"]
+               "import ctypes\nlib = ctypes.CDLL('libcupti.so')\n",
+               "import ctypes\nlib = ctypes.CDLL(b'libcupti.so.13')\n",
+               "SRC = '#include <cupti.h>\\nint on() { return 1; }'\n"]
     for source in sources:
         problems = check_source(f"{HEAD}{source}class ModelNew(nn.Module):\n    pass\n")
         assert any("how the judge records the device" in p for p in problems), source
-    assert check_source(f"{HEAD}class ModelNew(nn.Module):\n    def forward(self, x):\n"
+    # prose and one's own names pass: a docstring, a comment in a kernel's source, a flag
+    honest = ('"""Fused GEMM + bias: the profiler showed the GEMM dominates."""\n'
+              "SRC = '// tuned with the profiler: 4 warps per row\\n'\n"
+              "use_profiler = False\n")
+    assert check_source(f"{HEAD}{honest}class ModelNew(nn.Module):\n    def forward(self, x):\n"
                         "        return cuda_extension.profile_free(x)\n") == []

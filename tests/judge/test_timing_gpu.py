@@ -92,6 +92,28 @@ def test_a_call_queued_late_is_left_out_and_the_holder_waits_longer(blocker: Blo
     assert stats(result.samples).median_ms == pytest.approx(base, rel=0.03)
 
 
+def test_the_recorded_calls_come_before_the_checked_ones(blocker: Blocker):
+    """The calls inside ``record`` are made after the timed calls but before the two on the
+    checked sets, whose outputs the judge re-checks: those stay the run's last calls."""
+    import contextlib
+
+    inputs = rotation()
+    seen: dict[str, int] = {}
+
+    @contextlib.contextmanager
+    def record():
+        yield
+        seen["prepared"] = inputs.calls  # input sets filled when the record closed
+
+    result = measure(lambda x: x[:1024].clone(), inputs, "cuda", blocker=blocker,
+                     min_runs=10, budget_s=0.5, record=record(), record_calls=8)
+    assert result.details["recorded_calls"] == 8, result.details
+    assert inputs.calls - seen["prepared"] >= 2  # the checked sets were filled after it
+    assert [k for k, _ in result.last] == [0, 1]
+    for k, out in result.last:
+        assert torch.equal(out, inputs.variant(k)[0][:1024]), k
+
+
 def test_blocker_fills_every_sm(blocker: Blocker):
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     info = blocker.info

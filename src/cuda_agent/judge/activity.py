@@ -16,7 +16,8 @@ blocks of 256 threads per SM, each thread spinning on the SM clock) took 84 us u
 GEMM and ``sin`` kept their times (``benchmarks/judge_v2/cupti_probe.py``). A candidate
 cannot tell the recorded calls from the timed ones by their inputs; it could by asking the
 profiler, which ``model_new.py`` may not mention (``static_check``), from native code, or
-by the pause that starting the recorder makes (docs/judge.md, limits). On by default
+by the pause that starting the recorder makes, about 1 ms once it was started before in the
+process (``warm_recorder``, done before the job; docs/judge.md, limits). On by default
 (``JudgeConfig.activity_record``). Where the profiler cannot record device activity, the
 record says why and the judge falls back on the timer's own check.
 """
@@ -91,10 +92,12 @@ class ActivityRecord:
         self.error: str | None = None
         self.spans: list[Span] = []
         self.seconds = 0.0  # stopping the record and reading it
+        self.start_seconds = 0.0  # starting it
 
     def __enter__(self) -> ActivityRecord:
         if not self.enabled:
             return self
+        start = time.perf_counter()
         try:
             from torch.profiler import ProfilerActivity, profile
 
@@ -102,6 +105,7 @@ class ActivityRecord:
             self._profile.__enter__()
         except Exception as exc:  # no CUPTI here: the timer's own check stands alone
             self._profile, self.error = None, f"{type(exc).__name__}: {exc}"[:300]
+        self.start_seconds = time.perf_counter() - start
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -134,8 +138,23 @@ class ActivityRecord:
             problem = f"{found.calls} calls recorded, {calls} made"
         return {"activity": True, "activity_calls": found.calls,
                 "activity_read_seconds": self.seconds,
+                "activity_start_seconds": self.start_seconds,
                 "activity_problem": problem, "overran": found.overran,
                 "overrun_us_max": max(found.late_ns, default=0) / 1e3}
+
+
+def warm_recorder() -> None:
+    """Start and stop the recorder once, before any candidate code runs: its first start in a
+    process starts threads of its own (3 on an H100; later starts none) and took seconds in
+    a probe's process (later starts 1 ms), either of which would tell a candidate that the
+    record had begun. Nothing is raised where it cannot record."""
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]):
+            pass
+    except Exception:  # noqa: BLE001  (the record itself says why, later)
+        pass
 
 
 class WatchedRecord:

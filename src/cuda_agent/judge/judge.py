@@ -202,7 +202,7 @@ class Judge:
         ref, reference = self._reference(verdict, plan, workers[0], None)
         staged = self._stage(verdict, plan, snapshot, kind, workers[1:], reference)
         if self.device.startswith("cuda"):
-            workers[1].prepare(self.device, staged[0])
+            workers[1].prepare(self.device, staged[0], record=self.config.activity_record)
         return ref, reference, staged
 
     def _stage(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
@@ -291,13 +291,18 @@ class Judge:
                 return verdict.finish(cfg.faster_margin)
         verdict.correct = cfg.check and not leftover
         if cfg.time and verdict.correct:
+            with verdict.phase("compare_timed"):  # first: a bad run stops the extra ones
+                first = check_run(verdict, Timed(cand, timed), base, reference, cfg)
+            del got, outputs, timed  # views of the first process's pack: not held any longer
+            if not first:
+                return verdict.finish(cfg.faster_margin)
             again = time_again(verdict, self._staging(plan, snapshot, kind, reference), extra,
                                staged[1:], job,
                                lambda run: check_run(verdict, run, base, reference, cfg))
             if again is None:
                 return verdict.fail()
             with verdict.phase("compare_timed"):
-                check_timing(verdict, [Timed(cand, timed), *again], base, reference, cfg)
+                check_timing(verdict, [Timed(cand, []), *again], base, reference, cfg)
         return verdict.finish(cfg.faster_margin)
 
     def _timer(self) -> str | None:

@@ -49,7 +49,7 @@ class Verdict:
         for (name, at), (_, after) in zip(marks, marks[1:], strict=False):
             self.phases[f"{role}.{name}"] = after - at
         details = result.get("timing_details") or {}
-        for part in ("warmup", "timed", "activity"):  # within the timing stage
+        for part in ("warmup", "timed", "activity", "activity_start"):  # timing stage
             if isinstance(details.get(f"{part}_seconds"), float):
                 self.phases[f"{role}.timing.{part}"] = details[f"{part}_seconds"]
 

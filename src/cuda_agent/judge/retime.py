@@ -54,7 +54,7 @@ class Staging:
         staged = confine.stage_candidate(worker, self.snapshot, self.plan.tmp / "state.pt",
                                          self.kind, self.device, self.size)
         if self.device.startswith("cuda"):
-            worker.prepare(self.device, staged)
+            worker.prepare(self.device, staged, record=self.plan.cfg.activity_record)
         return staged
 
 
@@ -97,7 +97,9 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
             verdict.reasons.append(f"candidate left {leftover} process(es) running in timing "
                                    f"process {k} (killed)")
             return None
-        if not check(Timed(done, got[1])):
+        passed = check(Timed(done, got[1]))
+        del got  # views of this process's pack: dropped before the next one is staged
+        if not passed:
             return None
-        runs.append(Timed(done, []))  # checked: its outputs need not be held any longer
+        runs.append(Timed(done, []))
     return runs

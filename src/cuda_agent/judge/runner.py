@@ -123,12 +123,14 @@ class Worker:
         """Wait until the worker has started and preloaded (it then waits for its job)."""
         return self._idle.wait(timeout_s)
 
-    def prepare(self, device: str, fields: dict[str, Any] | None = None) -> None:
+    def prepare(self, device: str, fields: dict[str, Any] | None = None,
+                record: bool = False) -> None:
         """Before the job: have the worker initialise ``device`` (a CUDA context takes a
-        tenth of a second or more) while the judge still builds; with ``fields`` naming a
-        ``cuda-fd`` pack (``confine.stage_candidate``'s), the lent pack goes now and is
-        mapped then, not with the job."""
-        line = {"prepare": device}
+        tenth of a second or more) while the judge still builds, and with ``record`` start
+        and stop the activity recorder once (``activity.warm_recorder``); with ``fields``
+        naming a ``cuda-fd`` pack (``confine.stage_candidate``'s), the lent pack goes now and
+        is mapped then, not with the job."""
+        line: dict[str, Any] = {"prepare": device, "record": record}
         try:
             if fields is not None and self._lend(fields):
                 line.update({k: fields[k] for k in ("pack", "pack_bytes", "pack_device")})

@@ -91,7 +91,8 @@ def _check_forward(forward: ast.FunctionDef) -> list[str]:
 
 
 def _profiler_references(tree: ast.Module) -> list[str]:
-    """Names, imports and strings that mention the profiler or the device's activity API."""
+    """Imports, attributes and name-like strings that mention the profiler or the device's
+    activity API (prose in strings and names of one's own variables pass)."""
     problems = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -100,10 +101,12 @@ def _profiler_references(tree: ast.Module) -> list[str]:
             words = [node.module or ""] + [alias.name for alias in node.names]
         elif isinstance(node, ast.Attribute):
             words = [node.attr]
-        elif isinstance(node, ast.Name):
-            words = [node.id]
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            words = [node.value]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str | bytes):
+            text = (node.value.decode("latin-1") if isinstance(node.value, bytes)
+                    else node.value)
+            name_like = text.strip() and not any(c.isspace() for c in text.strip())
+            words = [text] if name_like or any(w in text.lower() for w in ("cupti", "kineto"))\
+                else []
         else:
             continue
         hit = next((w for w in words if any(p in w.lower() for p in PROFILER_WORDS)), None)

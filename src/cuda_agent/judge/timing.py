@@ -192,8 +192,9 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
     With a ``blocker`` on CUDA the samples mean ``device`` time, otherwise ``wall`` time.
     ``audit``, if given, is called on every fourth set of inputs in an untimed extra call;
     ``watch`` after every timed call, once its time is taken (it raises to stop the run).
-    ``record`` (with the device timer only): entered after the timed calls, around
-    ``record_calls`` more calls through the same gate, untimed (``details["recorded_calls"]``
+    ``record`` (with the device timer only): entered after the timed calls (before the two
+    on the checked sets, whose outputs must not be refilled), around ``record_calls`` more
+    calls through the same gate, untimed (``details["recorded_calls"]``
     says how many it saw; ``activity.ActivityRecord`` reads them).
     """
     cuda = device.startswith("cuda")
@@ -244,13 +245,17 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
                 tight = len(counted) >= min_runs and stats(counted).rel_ci <= target_rel_ci
                 if (tight and (timer is None or timer.settled())) or _clock() > deadline:
                     break
-        for index in range(rotation.checked):
-            timed(index)
-        spent = {"warmup_seconds": warmed - began, "timed_seconds": _clock() - warmed}
+        window = 0.0  # before the checked calls: their outputs may be views of the inputs
         if record is not None and timer is not None:
             start = _clock()
             recorded = _recorded(timer, fn, rotation, flush, record, record_calls, watch)
-            spent["activity_seconds"] = _clock() - start
+            window = _clock() - start
+        for index in range(rotation.checked):
+            timed(index)
+        spent = {"warmup_seconds": warmed - began,
+                 "timed_seconds": _clock() - warmed - window}
+        if record is not None and timer is not None:
+            spent["activity_seconds"] = window
     if timer is None:
         return Measured(samples, last, "wall", dict(spent))
     final, kept = timer.samples(), timer.kept()

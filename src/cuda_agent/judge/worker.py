@@ -133,13 +133,25 @@ def preload(trace: bool = True) -> None:
         torch.ones(2).add_(1)
 
 
+_RECORDER_WARM = False
+
+
 def prepare(device: str, fields: dict[str, Any]) -> None:
-    """Make ``device``'s context now (not at the first allocation) and map a device pack
-    that ``fields`` (a ``prepare`` line or the job) name, unless one was mapped already:
-    before any candidate code runs."""
+    """Make ``device``'s context now (not at the first allocation), start and stop the
+    activity recorder once where ``fields`` ask (``record``, or a candidate's job that
+    records), and map a device pack that
+    ``fields`` (a ``prepare`` line or the job) name, unless one was mapped already: before
+    any candidate code runs."""
     if device.startswith("cuda"):
         torch.cuda.init()
         torch.cuda.synchronize(device)
+        wanted = fields.get("record") or (fields.get("activity")
+                                          and fields.get("role") == "candidate")
+        if wanted and not _RECORDER_WARM:
+            from cuda_agent.judge.activity import warm_recorder
+
+            warm_recorder()
+            globals()["_RECORDER_WARM"] = True
     if fields.get("pack") == "cuda-fd":
         from cuda_agent.judge import device_pack
 
