@@ -3,7 +3,13 @@ outlived them, on spans laid out as the profiler reports them."""
 
 from __future__ import annotations
 
-from cuda_agent.judge.activity import ActivityRecord, Span, WatchedRecord, overruns
+from cuda_agent.judge.activity import (
+    ActivityRecord,
+    Span,
+    WatchedRecord,
+    overruns,
+    warm_recorder,
+)
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.verify import _unjoined
 
@@ -75,6 +81,7 @@ def test_a_profiler_that_cannot_record_the_device_is_reported_not_raised():
         pytest.skip("this machine's profiler records the device (the GPU tests cover it)")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "CUDA is not available, disabling CUDA profiling"
+        warm_recorder()  # as a worker does before its job: nothing raised here either
         with ActivityRecord(enabled=True) as record:
             torch.sin(torch.ones(8))
     summary = record.summary(calls=0)
