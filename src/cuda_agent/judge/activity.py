@@ -24,6 +24,7 @@ record says why and the judge falls back on the timer's own check.
 
 from __future__ import annotations
 
+import functools
 import time
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -143,17 +144,13 @@ class ActivityRecord:
                 "overrun_us_max": max(found.late_ns, default=0) / 1e3}
 
 
+@functools.cache
 def warm_recorder() -> None:
-    """Start and stop the recorder once, before any candidate code runs: its first start in a
-    process starts threads of its own (3 on an H100; later starts none) and took seconds in
-    a probe's process (later starts 1 ms), either of which would tell a candidate that the
-    record had begun. Nothing is raised where it cannot record."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-
-        with profile(activities=[ProfilerActivity.CUDA]):
-            pass
-    except Exception:  # noqa: BLE001  (the record itself says why, later)
+    """Start and stop the recorder once per process, before any candidate code runs: its
+    first start in a process starts threads of its own (3 on an H100; later starts none) and
+    took seconds in a probe's process (later starts 1 ms), either of which would tell a
+    candidate that the record had begun. Nothing is raised where it cannot record."""
+    with ActivityRecord(enabled=True):
         pass
 
 

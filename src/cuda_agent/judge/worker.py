@@ -133,9 +133,6 @@ def preload(trace: bool = True) -> None:
         torch.ones(2).add_(1)
 
 
-_RECORDER_WARM = False
-
-
 def prepare(device: str, fields: dict[str, Any]) -> None:
     """Make ``device``'s context now (not at the first allocation), start and stop the
     activity recorder once where ``fields`` ask (``record``, or a candidate's job that
@@ -147,11 +144,10 @@ def prepare(device: str, fields: dict[str, Any]) -> None:
         torch.cuda.synchronize(device)
         wanted = fields.get("record") or (fields.get("activity")
                                           and fields.get("role") == "candidate")
-        if wanted and not _RECORDER_WARM:
+        if wanted:
             from cuda_agent.judge.activity import warm_recorder
 
             warm_recorder()
-            globals()["_RECORDER_WARM"] = True
     if fields.get("pack") == "cuda-fd":
         from cuda_agent.judge import device_pack
 
