@@ -23,7 +23,12 @@ flushed by reading the flush buffer, so that the cache holds clean lines instead
 dirty ones ``zero_`` leaves, whose write-back the call would pay), ``nogate`` (judge-v7's
 blockers on the calling stream instead of the gate), ``streams`` (the gate's holder and
 calling streams rotated among 4 pairs, call by call; per-pair medians printed), ``late``
-(``ev0`` recorded after the gate's release); ``+`` joins them (``clean+late``). Run on the
+(``ev0`` recorded after the gate's release), ``empty`` (after each timed call, an empty call
+and a fixed 20 us spin timed through the gate: the gate's own time, per process); ``+``
+joins them (``clean+late``). ``--burst K`` runs K processes of each way back to back in
+every round, as a judgement runs its baseline processes, so that ``estimator_probe.py`` can
+tell a part shared by neighbouring processes from each process's own. Every block keeps its
+calls' times for ``estimator_probe.py``. Run on the
 GPU machine from the repository root:
 
     PYTHONPATH=src python3 benchmarks/judge_v2/clock_probe.py --kernelbench KB.jsonl
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import itertools
 import json
 import statistics
 import subprocess
@@ -122,15 +128,24 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
                 timing._warm_up(model, rotation, True, 3, 0.0)
             clock = _clock_mhz(torch, 400_000)
             nv, why = nvml() if nvml else (None, None)
-            main, flushes = [], []
+            main, flushes, empties, spins = [], [], [], []
             for _ in range(spec["calls"]):
                 inputs, flush_ms = _prepare(torch, timer, rotation, flush, variant)
                 main.append(call(inputs))
                 flushes.append(flush_ms)
                 pairs.append((flush_ms, main[-1]))
+                if "empty" in ways:  # the gate alone, then a fixed 20 us spin through it
+                    torch.cuda.synchronize()
+                    empties.append(timer.call(lambda: None, [])[1])
+                    torch.cuda.synchronize()
+                    spins.append(timer.call(lambda: timer.blocker.block(20_000), [])[1])
             blocks.append({"clock": clock, "nvml": nv, "reasons": why,
                            "main": statistics.median(main),
-                           "flush": statistics.median(flushes)})
+                           "flush": statistics.median(flushes),
+                           "calls": [round(m, 6) for m in main],
+                           "flushes": [round(f, 6) for f in flushes],
+                           "empties": [round(e, 6) for e in empties],
+                           "spins": [round(e, 6) for e in spins]})
     return {"blocks": blocks, "main": statistics.median(b["main"] for b in blocks),
             "by_stream": [statistics.median(m) for m in by_pair if m],
             "corr_flush_main": _corr([a for a, _ in pairs], [b for _, b in pairs]),
@@ -175,6 +190,9 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=8)
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--warmup-s", default="0.2", help="comma-separated seconds")
+    parser.add_argument("--burst", type=int, default=1,
+                        help="processes per way run back to back in each round (as a "
+                        "judgement's baseline processes are)")
     parser.add_argument("--variants", default="base",
                         help="base spread jitter clean nogate streams late; + joins; comma list")
     args = parser.parse_args()
@@ -185,8 +203,8 @@ def main() -> int:
     for name, spec in found:
         ways = [(float(w), v) for w in args.warmup_s.split(",") for v in args.variants.split(",")]
         found_runs: dict[tuple[float, str], list[dict[str, Any]]] = {way: [] for way in ways}
-        for _ in range(args.processes):  # the ways interleaved, so drift hits all alike
-            for warmup, variant in ways:
+        for round_ in range(args.processes):  # the ways interleaved: drift hits all alike
+            for (warmup, variant), _ in itertools.product(ways, range(args.burst)):
                 spec.update(calls=args.calls, blocks=args.blocks, warmup_s=warmup,
                             blocker_ext=blocker_ext, variant=variant)
                 path = Path(f"/tmp/clkprobe_{abs(hash(name))}.json")
@@ -197,9 +215,11 @@ def main() -> int:
                     print(name, variant, "failed:", done.stderr[-600:], flush=True)
                     continue
                 found_runs[(warmup, variant)].append(
-                    json.loads(done.stdout.strip().splitlines()[-1]))
+                    {**json.loads(done.stdout.strip().splitlines()[-1]), "round": round_})
         for (warmup, variant), runs in found_runs.items():
             report[f"{name} warm-up {warmup} {variant}"] = runs
+            if args.json:  # after every target: a run cut short keeps what it measured
+                args.json.write_text(json.dumps(report, indent=1))
             if len(runs) < 2:
                 continue
             mains, clocks = [r["main"] for r in runs], [r["clock"] for r in runs]

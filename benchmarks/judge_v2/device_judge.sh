@@ -11,6 +11,8 @@
 #   bash benchmarks/judge_v2/device_judge.sh v7 OUT_DIR      # CUDA hacks (native threads
 #        included), device timing, end-to-end and split-nvcc tests; split probe; latency
 #   bash benchmarks/judge_v2/device_judge.sh clock OUT_DIR   # per-process time against SM clock
+#        (ONLY, PROCESSES rounds, BURST processes per round, BLOCKS, VARIANTS), then which
+#        statistic of the calls agrees best between processes (estimator_probe.py)
 #   bash benchmarks/judge_v2/device_judge.sh v8 OUT_DIR      # private-stream probe, (STEPS=1:
 #        build steps and linkers), device timing, CUDA hack and e2e tests, latency, (FIDELITY_S=
 #        seconds [SPIN=n]: fidelity)
@@ -86,8 +88,10 @@ v7)
 clock)
   timeout 560 python3 benchmarks/judge_v2/clock_probe.py --kernelbench "$KB" \
     --only "${ONLY:-1/12,calibrated}" --processes "${PROCESSES:-5}" \
-    --warmup-s "${WARMUPS:-0.2}" --variants "${VARIANTS:-base}" --json "$OUT/clock.json" 2>&1 | grep -v Warning \
+    --warmup-s "${WARMUPS:-0.2}" --variants "${VARIANTS:-base}" --burst "${BURST:-1}" \
+    --blocks "${BLOCKS:-8}" --json "$OUT/clock.json" 2>&1 | grep -v Warning \
     | tee "$OUT/clock.txt"
+  python3 benchmarks/judge_v2/estimator_probe.py "$OUT/clock.json" 2>&1 | tee "$OUT/estimators.txt"
   ;;
 v8)
   echo "== private-stream work, call by call"

@@ -92,10 +92,12 @@ class JudgeConfig(BaseModel):
         1, ge=1, description="Fresh (confined) processes the candidate is timed in: the first "
         "verifies and times, each other one times again (its timed outputs re-checked, its "
         "threads and streams watched the same way); the runtime is pooled like the baselines'. "
-        "Each extra process adds its timing to a judgement (0.57 s for KernelBench 1/40 on an "
-        "H100) and keeps one slow process from setting the runtime (from 3 on); on an H100 "
-        "it did not narrow the spread across judgements (docs/benchmarks.md, Judge-v9). Past "
-        "256 MiB of timed outputs the extra processes are staged one at a time.")
+        "Each extra process adds its timing to a judgement (0.6-1.4 s on an H100) and keeps "
+        "one slow process from setting the runtime (from 3 on). A process's median carries "
+        "an offset of its own, so more processes narrow the runtime: KernelBench 1/12's "
+        "speed-up spread over 5 judgements was 0.67% with 1, 0.33% with 4 (docs/"
+        "benchmarks.md, Per-process offsets). Past 256 MiB of timed outputs the extra "
+        "processes are staged one at a time.")
     activity_record: bool = Field(
         True, description="On CUDA, after the candidate's timed calls, record the device's "
         "own activity (CUPTI, through torch's profiler) over 32 further calls through the "
