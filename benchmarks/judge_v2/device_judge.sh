@@ -31,6 +31,9 @@
 #   bash benchmarks/judge_v2/device_judge.sh v10 OUT_DIR   # (TESTS=1: CUDA hack, device timing
 #        and e2e tests), the calibrated kernel recorded and not, in-process (cupti_probe) and
 #        judged REPEATS times at SPIN with the activity record off and on
+#   bash benchmarks/judge_v2/device_judge.sh stream OUT_DIR   # fidelity of the calibrated pair
+#        whose delay is streamed loads (judge_gpu.py --delay stream), with CPS candidate
+#        processes each (default "1 4"), STEP_S seconds per step
 #   bash benchmarks/judge_v2/device_judge.sh v11 OUT_DIR   # e2e tests, the calibrated kernel
 #        judged REPEATS times at SPIN with the activity record off and on (after the timed
 #        calls), then judge latency (ITERS edits of 1/40 and 1/12)
@@ -256,6 +259,15 @@ for line in open(sys.argv[1]):
     timeout 240 python3 -m pytest -q -m gpu tests/judge -p no:cacheprovider --timeout 200 \
       -rfEsxX 2>&1 | tail -12
   fi
+  ;;
+stream)
+  for cp in ${CPS:-1 4}; do
+    echo "== the calibrated pair with a streamed delay, candidate_processes=$cp"
+    timeout "${STEP_S:-270}" python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/stream_cp$cp" \
+      --kernelbench "$KB" --parts fidelity --candidates "${CANDIDATES:-calibrated}" \
+      --delay stream --budget-s "$(( ${STEP_S:-270} - 20 ))" --set candidate_processes=$cp 2>&1 \
+      | grep -v Warning | tail -16
+  done
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

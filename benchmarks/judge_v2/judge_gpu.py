@@ -17,7 +17,9 @@ imported), so build and baseline caches start cold and are shared within the run
      - KernelBench 1/40 with benchmarks/kernelbench_l1/40_LayerNorm;
      - a calibrated candidate (benchmarks/judge_v2/calibrated/): the task is
        y = tanh(x) * 0.5 + x, the candidate the same function in one fused kernel whose
-       threads first busy-wait CALIBRATED_SPIN clock cycles. Calibration: one judgement with
+       threads first busy-wait CALIBRATED_SPIN clock cycles (with ``--delay stream``: stream
+       CALIBRATED_SPIN 16-byte loads from a scratch buffer, a delay that follows the memory
+       system like the eager kernels, not the SM clock). Calibration: one judgement with
        spin 0 gives the eager time T_e; the candidate is then timed in this process (the
        judge's own ``timing.measure`` over a ``Rotation`` of the task's inputs, the extension
        loaded with ``load_extension`` and wrapped by the judge's ForwardGuard, as in a
@@ -83,6 +85,15 @@ TOLERANCE = 0.005  # calibration: |T_e / t / 1.07 - 1| within this
 SEARCH_TOLERANCE = 0.002  # the in-process search aims tighter, to leave room for noise
 MARGIN = 0.95  # "faster" means runtime < MARGIN x eager (reward >= 2)
 MAX_SPIN = 1 << 24
+SEARCH_FROM = {"spin": 8192, "stream": 8}
+"""Where the search for the delay starts (``--delay``): clock cycles, or 16-byte loads per
+thread (one wave of an H100 streams about 4.3 MB per load step)."""
+SEARCH_FLOOR = {"spin": 1024, "stream": 4}
+
+
+def delay_mode() -> str:
+    """The calibrated candidate's delay (``CALIBRATED_DELAY``, set by ``--delay``)."""
+    return os.environ.get("CALIBRATED_DELAY", "spin") or "spin"
 LATENCY_TARGET_S = 3.0
 
 # (key, KernelBench level-1 problem id, candidate folder)
@@ -514,8 +525,8 @@ class InProcessTimer:
             pass
 
 
-def search_spin(timer: InProcessTimer, target_ms: float, budget: Budget, start_hi: int = 8192,
-                stop_at: float = 0.0) -> dict[str, Any]:
+def search_spin(timer: InProcessTimer, target_ms: float, budget: Budget,
+                start_hi: int | None = None, stop_at: float = 0.0) -> dict[str, Any]:
     """Safeguarded binary search (bisection steered by interpolation) for t(spin) = target."""
     points: list[dict[str, Any]] = []
 
@@ -534,7 +545,8 @@ def search_spin(timer: InProcessTimer, target_ms: float, budget: Budget, start_h
                         f"target {target_ms:.4g} ms: cannot calibrate")
         out["spin"], out["ms"] = 0, t_lo
         return out
-    hi = max(1024, int(start_hi))
+    floor = SEARCH_FLOOR[delay_mode()]
+    hi = max(floor, int(SEARCH_FROM[delay_mode()] if start_hi is None else start_hi))
     t_hi = meas(hi)
     while t_hi < target_ms:
         lo, t_lo = hi, t_hi
@@ -676,7 +688,7 @@ def calibrate(report: Report, args: argparse.Namespace, budget: Budget
                     cal["retarget"] = {"worker_over_inprocess": offset, "target_ms": target2}
                     log(f"  judged speed-up {judged:.4f} misses {TARGET_SPEEDUP}: retarget "
                         f"in-process to {target2:.5f} ms (worker / in-process {offset:.4f})")
-                    search2 = search_spin(timer, target2, budget, start_hi=max(1024, spin))
+                    search2 = search_spin(timer, target2, budget, start_hi=spin)
                     cal["search"].append(search2)
                     if not search2.get("error"):
                         spin = int(search2["spin"])
@@ -1081,7 +1093,8 @@ def markdown(data: dict[str, Any]) -> str:
             if slot.get("error") and not s.get("n"):
                 lines.append(f"| {key} | 0 | error: {_cell(slot['error'])} | | | | | | | | |")
                 continue
-            label = key + (f" (spin {slot['spin']})" if "spin" in slot else "")
+            delay = "streamed loads" if data.get("delay") == "stream" else "spin"
+            label = key + (f" ({delay} {slot['spin']})" if "spin" in slot else "")
             rt_ci = median(s.get("runtime_rel_ci_pct") or [])
             eg_ci = median(s.get("eager_rel_ci_pct") or [])
             secs = [x for x in s.get("judge_seconds") or [] if x is not None]
@@ -1222,6 +1235,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "part 2 gets the rest (default %(default)s)")
     parser.add_argument("--spin", type=int, default=None,
                         help="use this CALIBRATED_SPIN instead of calibrating")
+    parser.add_argument("--delay", choices=sorted(SEARCH_FROM), default="spin",
+                        help="the calibrated candidate's delay: SM clock cycles of busy-waiting "
+                        "(spin, follows the SM clock) or 16-byte loads streamed from a scratch "
+                        "buffer (stream, follows the memory system as the eager kernels do); "
+                        "sets CALIBRATED_DELAY (default %(default)s)")
     parser.add_argument("--calibration-measure-s", type=float, default=0.8,
                         help="time budget of one in-process measurement while calibrating "
                              "(default %(default)s)")
@@ -1263,8 +1281,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["CUDA_AGENT_HOME"] = str(home)
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
     os.environ.pop("CALIBRATED_SPIN", None)
+    os.environ["CALIBRATED_DELAY"] = args.delay  # judgements' workers inherit it
     set_python_path()
     report = Report(args.out, sys.argv)
+    report.data["delay"] = args.delay
     report.data["budget_s"] = args.budget_s
     report.data["parts"] = sorted(args.parts)
     for sig in (signal.SIGTERM, signal.SIGINT):
