@@ -34,6 +34,8 @@
 #   bash benchmarks/judge_v2/device_judge.sh stream OUT_DIR   # fidelity of the calibrated pair
 #        whose delay is streamed loads (judge_gpu.py --delay stream), with CPS candidate
 #        processes each (default "1 4"), STEP_S seconds per step
+#   bash benchmarks/judge_v2/device_judge.sh split OUT_DIR   # split_timing with CP candidate
+#        processes (default 4): fidelity of 1/12 (CANDIDATES), then judge latency of 1/40
 #   bash benchmarks/judge_v2/device_judge.sh v11 OUT_DIR   # e2e tests, the calibrated kernel
 #        judged REPEATS times at SPIN with the activity record off and on (after the timed
 #        calls), then judge latency (ITERS edits of 1/40 and 1/12)
@@ -268,6 +270,16 @@ stream)
       --delay stream --budget-s "$(( ${STEP_S:-270} - 20 ))" --set candidate_processes=$cp 2>&1 \
       | grep -v Warning | tail -16
   done
+  ;;
+split)
+  echo "== split timing: fidelity of 1/12 (and CANDIDATES) with CP candidate processes"
+  timeout 300 python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/split" --kernelbench "$KB" \
+    --parts fidelity --candidates "${CANDIDATES:-1/12}" --budget-s 280 \
+    --set candidate_processes="${CP:-4}" --set split_timing=true 2>&1 | grep -v Warning | tail -16
+  echo "== split timing: judge latency of 1/40 with CP candidate processes"
+  timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40 \
+    --iters 3 --candidate-processes "${CP:-4}" --split-timing 2>&1 | grep -v Warning \
+    | tail -30 | tee "$OUT/latency_split.txt"
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

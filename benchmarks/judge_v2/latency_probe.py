@@ -43,10 +43,14 @@ def main() -> int:
                         "while one runs (keep_warm off, Judge.warm() before each)")
     parser.add_argument("--candidate-processes", type=int, default=1,
                         help="JudgeConfig.candidate_processes")
+    parser.add_argument("--split-timing", action="store_true",
+                        help="JudgeConfig.split_timing: the candidate's processes share its "
+                        "interval, the extra ones warm up briefly and skip the cross-check")
     args = parser.parse_args()
     build = BuildConfig(extra_cuda_cflags=tuple(args.cuda_flag))
     judge = Judge(JudgeConfig(device="cuda", keep_warm=not args.spares_between, build=build,
-                              candidate_processes=args.candidate_processes))
+                              candidate_processes=args.candidate_processes,
+                              split_timing=args.split_timing))
     for pid in map(int, args.ids.split(",")):
         task = load_task(f"{args.kernelbench}::1/{pid}")
         work = Path(tempfile.mkdtemp()) / "ws"

@@ -42,6 +42,37 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
     for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed"):
         assert phases[name] > 0.0, (name, phases)
     assert "candidate2.forward" not in phases  # the extra process runs no trials
+    assert phases["candidate2.crosscheck"] > 0.0  # without split_timing it bursts too
+
+
+def test_split_timing_shares_the_interval_and_spares_the_extra_processes(
+        scale_add_task: Path, workspace: Path):
+    split = TIMED.model_copy(update={"split_timing": True})
+    result = Judge(split).judge(load_task(scale_add_task), Candidate.from_ref(workspace))
+    assert result.correct and result.timing.processes == 2, result.reasons
+    phases = dict(result.phases)
+    assert phases["candidate.crosscheck"] > 0.0 and phases["candidate2.timing.timed"] > 0.0
+    assert "candidate2.crosscheck" not in phases, phases  # only the first one's is read
+    assert not any(f.startswith("timer cross-check missing") for f in result.flags)
+
+
+def test_split_timing_widens_only_the_candidates_interval(scale_add_task: Path,
+                                                          tmp_path: Path):
+    """Each of n candidate processes stops at target_rel_ci x sqrt(n); the baselines keep
+    their settings and so their cache key."""
+    from cuda_agent.judge.plan import JudgePlan
+
+    task = load_task(scale_add_task)
+
+    def plan(**update: object) -> JudgePlan:
+        return JudgePlan(TIMED.model_copy(update=update), task, "cpu", 7, tmp_path)
+
+    shared = plan(split_timing=True, candidate_processes=4)
+    assert shared.candidate_timing()["target_rel_ci"] == pytest.approx(0.005 * 2)
+    assert shared.timing["target_rel_ci"] == pytest.approx(0.005)
+    assert shared.baseline_key == plan(candidate_processes=4).baseline_key
+    assert plan(candidate_processes=4).candidate_timing() == shared.timing
+    assert plan(split_timing=True, candidate_processes=1).candidate_timing() == shared.timing
 
 
 # Honest while the judge traces its first call (a trial, in the first process); in a process
@@ -75,9 +106,10 @@ def test_wrong_outputs_in_a_timing_process_fail(scale_add_task: Path, workspace:
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     one = Judge(TIMED.model_copy(update={"candidate_processes": 1})).judge(task, candidate)
     assert one.correct, one.reasons  # one process: it is never caught out
-    result = Judge(TIMED).judge(task, candidate)
-    assert not result.correct and result.reward == -1
-    assert "timed output differs from the reference" in " ".join(result.reasons)
+    for config in (TIMED, TIMED.model_copy(update={"split_timing": True})):
+        result = Judge(config).judge(task, candidate)
+        assert not result.correct and result.reward == -1
+        assert "timed output differs from the reference" in " ".join(result.reasons)
 
 
 def test_a_crash_in_a_timing_process_fails(scale_add_task: Path, workspace: Path):
@@ -123,3 +155,13 @@ def test_extra_processes_with_large_outputs_are_staged_in_turn(
     wrong = Judge(three).judge(task, Candidate.from_ref(workspace))
     assert not wrong.correct and "timed output differs" in " ".join(wrong.reasons)
     assert "candidate3" not in dict(wrong.phases)  # failed at process 2: 3 never ran
+
+
+def test_a_jobs_warm_up_seconds_reach_the_timer():
+    """``split_timing`` shortens an extra process's warm-up through the job's timing."""
+    from cuda_agent.judge.roles import _timing_kwargs
+
+    timing = {"warmup": 3, "min_runs": 5, "max_runs": 50, "budget_s": 1.0,
+              "target_rel_ci": 0.01}
+    assert "warmup_s" not in _timing_kwargs({"timing": timing})  # the timer's default
+    assert _timing_kwargs({"timing": {**timing, "warmup_s": 0.05}})["warmup_s"] == 0.05

@@ -98,6 +98,13 @@ class JudgeConfig(BaseModel):
         "speed-up spread over 5 judgements was 0.67% with 1, 0.33% with 4 (docs/"
         "benchmarks.md, Per-process offsets). Past 256 MiB of timed outputs the extra "
         "processes are staged one at a time.")
+    split_timing: bool = Field(
+        False, description="With candidate_processes n > 1, spend the candidate's timing "
+        "across its processes: each stops once its median's interval is target_rel_ci x "
+        "sqrt(n) (the pooled runtime is as tight as one process's at target_rel_ci), the "
+        "extra processes warm up for 0.05 s (the GPU is warm from the process before) and "
+        "skip the cross-check burst (only the first process's is read). Each process's own "
+        "offset, not its interval, is what more processes average away.")
     activity_record: bool = Field(
         True, description="On CUDA, after the candidate's timed calls, record the device's "
         "own activity (CUPTI, through torch's profiler) over 32 further calls through the "

@@ -260,7 +260,8 @@ class Judge:
             staged = self._stage(verdict, plan, snapshot, kind, workers[1:], reference)
         extension = verdict.build.extension_path if verdict.build else None
         tracer = None if extension else self.builder.build_tracer()
-        job = plan.job("candidate", extension=extension, tracer=tracer)
+        job = plan.job("candidate", extension=extension, tracer=tracer,
+                       timing=plan.candidate_timing())
         with verdict.phase("candidate"):
             cand = cand_worker.run({**job, "profile": profile, **staged[0]},
                                    cfg.process_timeout_s, hold=True)

@@ -39,6 +39,14 @@ class JudgePlan:
             {**self.timing, **({"processes": self.baseline_processes}
                                if self.baseline_processes > 1 else {})}, cfg.time_compile)
 
+    def candidate_timing(self) -> dict[str, Any]:
+        """The candidate's timing settings: the baselines' own, unless ``split_timing``
+        shares the interval among the candidate's processes."""
+        processes = self.cfg.candidate_processes if self.cfg.time else 1
+        if not self.cfg.split_timing or processes < 2:
+            return self.timing
+        return {**self.timing, "target_rel_ci": self.timing["target_rel_ci"] * processes ** 0.5}
+
     def cached_baselines(self) -> baseline_cache.Baselines | None:
         if not self.cfg.cache_baselines:
             return None

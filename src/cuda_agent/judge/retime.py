@@ -29,6 +29,9 @@ class Timed:
     outputs: list[dict[str, Any]]
 
 
+EXTRA_WARMUP_S = 0.05
+"""An extra process's warm-up with ``split_timing`` (the first process's is 0.2 s): the GPU
+has just run the process before it, so its clocks are up."""
 LAZY_PACK_BYTES = 256 << 20
 """Extra processes whose timed outputs take more than this are staged one at a time, each
 just before it runs, and their outputs checked and dropped at once: otherwise every extra
@@ -71,6 +74,9 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
     outputs passed to ``check`` and dropped; their timings, or None after adding the reason
     a process failed."""
     plan, runs = staging.plan, []
+    if plan.cfg.split_timing:  # warm already; only the first process's cross-check is read
+        job = {**job, "timing": {**job["timing"], "warmup_s": EXTRA_WARMUP_S},
+               "crosscheck": False}
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
         role = f"candidate{k}"
         if fields is None:
