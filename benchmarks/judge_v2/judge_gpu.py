@@ -85,11 +85,12 @@ TOLERANCE = 0.005  # calibration: |T_e / t / 1.07 - 1| within this
 SEARCH_TOLERANCE = 0.002  # the in-process search aims tighter, to leave room for noise
 MARGIN = 0.95  # "faster" means runtime < MARGIN x eager (reward >= 2)
 MAX_SPIN = 1 << 24
-SEARCH_FROM = {"spin": 8192, "stream": 8}
-"""Where the search for the delay starts (``--delay``): clock cycles, or 16-byte loads per
-thread (one wave of an H100 streams about 4.3 MB per load step)."""
-SEARCH_FLOOR = {"spin": 1024, "stream": 4}
-
+SEARCH_FROM = {"spin": 8192, "stream": 128}
+"""Where the search for the delay starts (``--delay``): clock cycles, or sixteenths of a
+16-byte load per thread (one wave of an H100 streams about 4.3 MB per whole load, so a
+unit is about 0.27 MB, under 0.2% of the calibrated candidate's time)."""
+SEARCH_FLOOR = {"spin": 1024, "stream": 64}
+SEARCH_CAP = {"spin": MAX_SPIN, "stream": 1 << 18}
 
 def delay_mode() -> str:
     """The calibrated candidate's delay (``CALIBRATED_DELAY``, set by ``--delay``)."""
@@ -551,7 +552,7 @@ def search_spin(timer: InProcessTimer, target_ms: float, budget: Budget,
     while t_hi < target_ms:
         lo, t_lo = hi, t_hi
         hi *= 2
-        if hi > MAX_SPIN:
+        if hi > SEARCH_CAP[delay_mode()]:
             out["error"] = f"no spin up to {hi // 2} reaches the target"
             break
         if budget.left() < stop_at:
@@ -564,9 +565,7 @@ def search_spin(timer: InProcessTimer, target_ms: float, budget: Budget,
                 break
             frac = (target_ms - t_lo) / (t_hi - t_lo) if t_hi > t_lo else 0.5
             frac = min(max(frac, 0.1), 0.9)  # always shrink the bracket by at least 10%
-            mid = lo + round((hi - lo) * frac)
-            if mid <= lo or mid >= hi:
-                break
+            mid = min(max(lo + round((hi - lo) * frac), lo + 1), hi - 1)
             t_mid = meas(mid)
             if abs(t_mid / target_ms - 1) <= SEARCH_TOLERANCE:
                 break

@@ -46,9 +46,27 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
 
 
 def test_split_timing_shares_the_interval_and_spares_the_extra_processes(
-        scale_add_task: Path, workspace: Path):
+        scale_add_task: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch):
+    from cuda_agent.judge import retime
+    from cuda_agent.judge.runner import Worker
+
+    jobs: list[dict] = []
+    run = Worker.run
+
+    def noted(self: Worker, job: dict, *args: object, **kwargs: object) -> object:
+        jobs.append(job)
+        return run(self, job, *args, **kwargs)
+
+    monkeypatch.setattr(Worker, "run", noted)  # the real run, its jobs noted
     split = TIMED.model_copy(update={"split_timing": True})
     result = Judge(split).judge(load_task(scale_add_task), Candidate.from_ref(workspace))
+    first, second = [j for j in jobs if j.get("role") == "candidate"]
+    assert first["timing"]["target_rel_ci"] == pytest.approx(0.005 * 2 ** 0.5)
+    assert "warmup_s" not in first["timing"] and first.get("crosscheck", True)
+    assert second["timing"]["target_rel_ci"] == first["timing"]["target_rel_ci"]
+    assert second["timing"]["warmup_s"] == retime.EXTRA_WARMUP_S
+    assert second["timing"]["warmup"] == retime.EXTRA_WARMUP_CALLS
+    assert second["crosscheck"] is False and second["check"] is False
     assert result.correct and result.timing.processes == 2, result.reasons
     phases = dict(result.phases)
     assert phases["candidate.crosscheck"] > 0.0 and phases["candidate2.timing.timed"] > 0.0

@@ -101,10 +101,11 @@ class JudgeConfig(BaseModel):
     split_timing: bool = Field(
         False, description="With candidate_processes n > 1, spend the candidate's timing "
         "across its processes: each stops once its median's interval is target_rel_ci x "
-        "sqrt(n) (the pooled runtime is as tight as one process's at target_rel_ci), the "
-        "extra processes warm up for 0.05 s (the GPU is warm from the process before) and "
-        "skip the cross-check burst (only the first process's is read). Each process's own "
-        "offset, not its interval, is what more processes average away.")
+        "sqrt(n) (pooled, about as tight as one process at target_rel_ci; from 3 on the "
+        "pool keeps n - 2 medians, so somewhat wider), the extra processes warm up for 10 "
+        "calls and 0.05 s (the GPU is warm from the process before) and skip the "
+        "cross-check burst (only the first process's is read). Each process's own offset, "
+        "not its interval, is what more processes average away.")
     activity_record: bool = Field(
         True, description="On CUDA, after the candidate's timed calls, record the device's "
         "own activity (CUPTI, through torch's profiler) over 32 further calls through the "

@@ -30,8 +30,12 @@ class Timed:
 
 
 EXTRA_WARMUP_S = 0.05
-"""An extra process's warm-up with ``split_timing`` (the first process's is 0.2 s): the GPU
-has just run the process before it, so its clocks are up."""
+EXTRA_WARMUP_CALLS = 10
+"""An extra process's warm-up with ``split_timing``: at least this many calls and 0.05 s
+(the first process's: 0.2 s). The GPU has just run the process before it, so its clocks
+are up; the calls cover the process's own first call (module loading, the allocator's
+first blocks), which no trial has made there, and keep its host time out of the median
+that sets the gate's wait."""
 LAZY_PACK_BYTES = 256 << 20
 """Extra processes whose timed outputs take more than this are staged one at a time, each
 just before it runs, and their outputs checked and dropped at once: otherwise every extra
@@ -75,8 +79,9 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
     a process failed."""
     plan, runs = staging.plan, []
     if plan.cfg.split_timing:  # warm already; only the first process's cross-check is read
-        job = {**job, "timing": {**job["timing"], "warmup_s": EXTRA_WARMUP_S},
-               "crosscheck": False}
+        warmup = max(int(job["timing"]["warmup"]), EXTRA_WARMUP_CALLS)
+        job = {**job, "timing": {**job["timing"], "warmup": warmup,
+                                 "warmup_s": EXTRA_WARMUP_S}, "crosscheck": False}
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
         role = f"candidate{k}"
         if fields is None:

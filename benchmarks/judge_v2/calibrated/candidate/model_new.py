@@ -2,10 +2,11 @@
 
 A benchmark fixture: every thread of the kernel first takes a delay of ``CALIBRATED_SPIN``
 units, which sets the kernel's time precisely. ``CALIBRATED_DELAY`` says what a unit is:
-``spin`` (the default) an SM clock cycle of busy-waiting, ``stream`` a 16-byte load
-streamed from a scratch buffer (so the delay follows the memory system, as the eager
-kernels do, not the SM clock). Both are read from the environment when this module is
-imported; ``self.spin`` and ``self.mode`` may also be changed on an instance.
+``spin`` (the default) an SM clock cycle of busy-waiting, ``stream`` a sixteenth of a
+16-byte load per thread streamed from a scratch buffer (so the delay follows the memory
+system, as the eager kernels do, not the SM clock). Both are read from the environment
+when this module is imported; ``self.spin`` and ``self.mode`` may also be changed on an
+instance.
 """
 
 import os

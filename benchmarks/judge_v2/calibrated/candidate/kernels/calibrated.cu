@@ -1,8 +1,9 @@
 // calibrated.cu -- y = tanh(x) * 0.5 + x in one pass, after a tunable delay.
 //
 // A benchmark fixture, not an optimisation. Before its share of the work every thread
-// either spins `delay` SM clock cycles (clock64; mode 0), or streams `delay` 16-byte loads
-// from a 512 MiB scratch buffer of zeros (mode 1). Then a grid-stride loop computes the
+// either spins `delay` SM clock cycles (clock64; mode 0), or streams delay / 16 16-byte loads
+// from a 512 MiB scratch buffer of zeros (mode 1; delay % 16 of every 16 threads load once
+// more, so that one unit is 1/16 of a load per thread). Then a grid-stride loop computes the
 // element-wise function, with 16-byte streaming loads and stores when x and y are 16-byte
 // aligned. The grid is at most one resident wave (SMs x kBlocksPerSm blocks of kThreads
 // threads, which __launch_bounds__ guarantees fit), so each thread delays once and the delay
@@ -31,14 +32,15 @@ __device__ __forceinline__ void spin_wait(long long cycles) {
   }
 }
 
-// `steps` coalesced 16-byte streaming loads per thread from `scratch` (zeros), wrapping
-// around it; their sum is zero, so the store it guards never happens, but the compiler
-// cannot drop the loads.
-__device__ __forceinline__ void stream_wait(const float4* __restrict__ scratch, long long steps,
+// units / 16 coalesced 16-byte streaming loads per thread from `scratch` (zeros), and one
+// more in units % 16 of every 16 threads, wrapping around the buffer; their sum is zero, so
+// the store it guards never happens, but the compiler cannot drop the loads.
+__device__ __forceinline__ void stream_wait(const float4* __restrict__ scratch, long long units,
                                             float* __restrict__ y) {
-  if (steps <= 0 || scratch == nullptr) return;
+  if (units <= 0 || scratch == nullptr) return;
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const long long steps = units / 16 + ((tid % 16) < (units % 16) ? 1 : 0);
   float acc = 0.0f;
   int64_t i = tid % kScratchVec4;
   for (long long s = 0; s < steps; ++s) {
@@ -117,7 +119,7 @@ int scratch_of(int device, const float4** out) {
 }  // namespace
 
 // y[i] = tanh(x[i]) * 0.5 + x[i] for n floats on `device`, each thread first spinning `spin`
-// clock cycles (mode 0) or streaming `spin` 16-byte loads of scratch (mode 1). Returns 0 or a
+// clock cycles (mode 0) or streaming spin / 16 16-byte loads of scratch (mode 1). Returns 0 or a
 // cudaError_t.
 extern "C" int calibrated_launch(const float* x, float* y, int64_t n, int64_t spin, int mode,
                                  int device, cudaStream_t stream) {

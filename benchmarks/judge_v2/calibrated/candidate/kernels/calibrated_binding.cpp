@@ -2,7 +2,8 @@
 //
 // x: a contiguous float32 CUDA tensor of any shape; spin: the delay each thread of the kernel
 // takes before its work (0 for none; at most 2^26): with mode 0 (the default) clock cycles
-// (2^26 is about 35 ms at 1.9 GHz), with mode 1 16-byte loads streamed from a scratch buffer.
+// (2^26 is about 35 ms at 1.9 GHz), with mode 1 sixteenths of a 16-byte load per thread,
+// streamed from a scratch buffer.
 #include <cuda_runtime.h>
 
 #include <string>
