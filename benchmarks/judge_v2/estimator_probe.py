@@ -27,6 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from judge_gpu import sd_pct as _sd
+from judge_gpu import spread_pct as _spread
+
 
 def _quantile(q: float) -> Callable[[list[float]], float]:
     def at(xs: list[float]) -> float:
@@ -60,14 +63,6 @@ ESTIMATORS: dict[str, Callable[[list[float]], float]] = {
     "min": min,
     "shorth": _shorth,
 }
-
-
-def _spread(values: list[float]) -> float:
-    return (max(values) - min(values)) / statistics.median(values) * 100
-
-
-def _sd(values: list[float]) -> float:
-    return statistics.stdev(values) / statistics.fmean(values) * 100
 
 
 def _boot_se(xs: list[float], rounds: int = 200) -> float:

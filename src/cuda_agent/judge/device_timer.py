@@ -337,12 +337,10 @@ class DeviceTimer:
     def slowest(self) -> dict[str, Any] | None:
         """The slowest row that counts, term by term (ms), for reports: which part of the
         protocol a slow sample came from."""
-        idle, post_ref = self.idle_ref_ms(), self.post_ref()
-        rows = [(device_sample(*row, post_ref, idle), k) for k, (row, keep)
-                in enumerate(zip(self.rows, self.kept(), strict=True)) if keep]
-        if not rows:
+        counted = [k for k, keep in enumerate(self.kept()) if keep]
+        if not counted:
             return None
-        sample, k = max(rows)
+        sample, k = max(zip(self.samples(), counted, strict=True))
         main, tail, residual = self.rows[k]
         return {"row": k, "sample_ms": sample, "main_ms": main, "tail_ms": tail,
                 "residual_ms": residual,

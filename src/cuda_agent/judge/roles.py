@@ -26,8 +26,12 @@ from cuda_agent.judge.worker import (
 
 
 def _timing_kwargs(job: dict[str, Any]) -> dict[str, Any]:
-    return {k: job["timing"][k] for k in ("warmup", "min_runs", "max_runs", "budget_s",
-                                          "target_rel_ci", "warmup_s") if k in job["timing"]}
+    timing_ = job["timing"]
+    kwargs = {k: timing_[k] for k in ("warmup", "min_runs", "max_runs", "budget_s",
+                                      "target_rel_ci")}
+    if "warmup_s" in timing_:  # an extra process's shorter warm-up (``split_timing``)
+        kwargs["warmup_s"] = timing_["warmup_s"]
+    return kwargs
 
 
 def _rotation(job: dict[str, Any], namespace: dict[str, Any]) -> timing.Rotation:
