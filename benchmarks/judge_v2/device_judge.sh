@@ -35,7 +35,15 @@
 #        whose delay is streamed loads (judge_gpu.py --delay stream), with CPS candidate
 #        processes each (default "1 4"), STEP_S seconds per step
 #   bash benchmarks/judge_v2/device_judge.sh split OUT_DIR   # split_timing with CP candidate
-#        processes (default 4): fidelity of 1/12 (CANDIDATES), then judge latency of 1/40
+#        processes (default 4): fidelity of CANDIDATES (default 1/12; REPEATS, DELAY, FIDELITY_S),
+#        then judge latency of LATENCY_IDS (default 40) with each of LATENCY_CPS processes
+#   bash benchmarks/judge_v2/device_judge.sh v12 OUT_DIR   # (not with NO_TESTS=1: the GPU
+#        tests in TESTS, default CUDA hack, device timing and e2e), then judge latency for each
+#        problem:processes in LATENCY (default "40:1 12:1 40:0 12:0"; 1: the agent's verify and
+#        profile, 0: the default, 4 on CUDA); the first judgement of a problem measures its
+#        baselines (about 85 s)
+#   bash benchmarks/judge_v2/device_judge.sh v12-fidelity OUT_DIR   # fidelity of CANDIDATES
+#        (calibrated, 1/12, 1/40) with the judge's defaults, REPEATS judgements, FIDELITY_S
 #   bash benchmarks/judge_v2/device_judge.sh v11 OUT_DIR   # e2e tests, the calibrated kernel
 #        judged REPEATS times at SPIN with the activity record off and on (after the timed
 #        calls), then judge latency (ITERS edits of 1/40 and 1/12)
@@ -272,14 +280,42 @@ stream)
   done
   ;;
 split)
-  echo "== split timing: fidelity of 1/12 (and CANDIDATES) with CP candidate processes"
-  timeout 300 python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/split" --kernelbench "$KB" \
-    --parts fidelity --candidates "${CANDIDATES:-1/12}" --budget-s 280 \
-    --set candidate_processes="${CP:-4}" --set split_timing=true 2>&1 | grep -v Warning | tail -16
-  echo "== split timing: judge latency of 1/40 with CP candidate processes"
-  timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids 40 \
-    --iters 3 --candidate-processes "${CP:-4}" --split-timing 2>&1 | grep -v Warning \
-    | tail -30 | tee "$OUT/latency_split.txt"
+  echo "== split timing: fidelity of CANDIDATES (default 1/12) with CP candidate processes"
+  timeout $((${FIDELITY_S:-280} + 20)) python3 benchmarks/judge_v2/judge_gpu.py \
+    --out "$OUT/split" --kernelbench "$KB" --parts fidelity --candidates "${CANDIDATES:-1/12}" \
+    --budget-s "${FIDELITY_S:-280}" --repeats "${REPEATS:-5}" --delay "${DELAY:-spin}" \
+    --set candidate_processes="${CP:-4}" 2>&1 | grep -v Warning | tail -16
+  for cp in ${LATENCY_CPS:-${CP:-4}}; do
+    echo "== split timing: judge latency of LATENCY_IDS (default 40) with $cp candidate processes" \
+      | tee -a "$OUT/latency_split.txt"
+    timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" \
+      --ids "${LATENCY_IDS:-40}" --iters "${ITERS:-3}" --candidate-processes "$cp" \
+      2>&1 | grep -v Warning | tee -a "$OUT/latency_split.txt" \
+      | grep -E "iter|median|^   (build|candidate|candidate[0-9]|compare) "
+  done
+  ;;
+v12)
+  if [ -z "${NO_TESTS:-}" ]; then
+    echo "== GPU tests: ${TESTS:=tests/judge/adversarial/test_cuda_hacks.py tests/judge/test_timing_gpu.py tests/gpu/test_cuda_e2e.py}"
+    timeout "${TESTS_S:-420}" python3 -m pytest -q -m gpu $TESTS -p no:cacheprovider \
+      --timeout 150 -rfEsxX --durations=5 2>&1 | grep -v Warning | tee "$OUT/v12_tests.txt" \
+      | grep -E "^E  |passed|failed|^FAILED|^XPASS|^[0-9.]+s " | head -40
+  fi
+  for run in ${LATENCY:-40:1 12:1 40:0 12:0}; do  # problem:candidate processes, 0: default
+    echo "== latency of 1/${run%:*}, candidate_processes=${run#*:} (1: the agent's verify and" \
+      "profile; 0: the default)" | tee -a "$OUT/latency.txt"
+    timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" \
+      --ids "${run%:*}" --iters "${ITERS:-3}" --candidate-processes "${run#*:}" 2>&1 \
+      | grep -v Warning | tee -a "$OUT/latency.txt" \
+      | grep -E "iter|median|^   (build|candidate|candidate[0-9]|compare) "
+  done
+  ;;
+v12-fidelity)
+  echo "== fidelity with the judge's defaults"
+  timeout $((${FIDELITY_S:-500} + 30)) python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/fid" \
+    --kernelbench "$KB" --parts fidelity --candidates "${CANDIDATES:-calibrated,1/12,1/40}" \
+    --budget-s "${FIDELITY_S:-500}" --repeats "${REPEATS:-5}" ${SPIN:+--spin $SPIN} 2>&1 \
+    | grep -v Warning | tail -30
   ;;
 *) echo "unknown part $PART"; exit 2 ;;
 esac

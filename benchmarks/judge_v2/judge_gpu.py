@@ -30,14 +30,15 @@ imported), so build and baseline caches start cold and are shared within the run
        decision is "faster" (reward >= 2); the report counts the judgements that flip it.
    The judgements run round-robin (calibrated, 1/12, 1/40 in each round), so a shortened
    run still has some of each.
-2. Judge latency. 1/40 with the default ``JudgeConfig(device="cuda")`` (cached baselines,
-   torch.compile baseline timed): one judgement fills the baseline cache; then
+2. Judge latency. 1/40 as the agent's own verify and profile calls judge it
+   (``JudgeConfig(device="cuda", candidate_processes=1)``, ``judge.config.IN_EPISODE``;
+   cached baselines, torch.compile baseline timed): one judgement fills the baseline cache; then
    --latency-iters times (default 5): edit the LayerNorm .cu in a temporary copy (a new
    comment line and a changed constant, so its content hash changes) and time
    ``Judge(...).judge(task, Candidate.from_ref(dir))`` in this process (result.seconds and
    wall time); edit again and time ``python3 -m cuda_agent judge KB::1/40 DIR --device cuda
-   --json`` (wall time). Reports medians (target: at most 3 s for build + verify + time),
-   build seconds, runtime / eager and rewards.
+   --json --set candidate_processes=1`` (wall time). Reports medians (target: at most 3 s
+   for build + verify + time), build seconds, runtime / eager and rewards.
 
 The whole run keeps to --budget-s (default 480) by skipping judgements that would not fit;
 when both parts run, part 1 may use --fidelity-share (default 0.55) of it and part 2 the
@@ -906,7 +907,7 @@ def kill_tree(pid: int) -> None:
 
 def cli_judge(task_ref: str, workspace: Path, timeout: float) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "cuda_agent", "judge", task_ref, str(workspace), "--device",
-           DEVICE, "--json"]
+           DEVICE, "--json", "--set", "candidate_processes=1"]  # as the agent's own calls
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
     rec: dict[str, Any] = {"command": " ".join(cmd)}
     start = time.perf_counter()
@@ -983,11 +984,12 @@ def latency_summary(lat: dict[str, Any]) -> dict[str, Any]:
 
 def latency(report: Report, args: argparse.Namespace, budget: Budget, kernelbench: Path
             ) -> None:
+    from cuda_agent.judge.config import IN_EPISODE
     from cuda_agent.tasks import load_task
 
     pid, folder = LATENCY_PROBLEM
     task_ref = f"{kernelbench}::1/{pid}"
-    lat: dict[str, Any] = {"task_ref": task_ref, "config": {"device": DEVICE},
+    lat: dict[str, Any] = {"task_ref": task_ref, "config": {"device": DEVICE, **IN_EPISODE},
                            "iterations_planned": args.latency_iters, "iterations": []}
     report.data["latency"] = lat
     task = load_task(task_ref)
@@ -1001,7 +1003,7 @@ def latency(report: Report, args: argparse.Namespace, budget: Budget, kernelbenc
     cu = sources[0]
     lat["workspace"], lat["edited_file"] = str(workspace), str(cu.relative_to(workspace))
     original = cu.read_text()
-    config = {"device": DEVICE}
+    config = {"device": DEVICE, **IN_EPISODE}  # the 3 s target is the agent's own calls'
     try:
         need = report.estimate("fill") * 1.15
         if budget.left() < 0.6 * need:

@@ -42,15 +42,16 @@ def main() -> int:
                         help="start the next judgement's workers between judgements, not "
                         "while one runs (keep_warm off, Judge.warm() before each)")
     parser.add_argument("--candidate-processes", type=int, default=1,
-                        help="JudgeConfig.candidate_processes")
-    parser.add_argument("--split-timing", action="store_true",
-                        help="JudgeConfig.split_timing: the candidate's processes share its "
-                        "interval, the extra ones warm up briefly and skip the cross-check")
+                        help="JudgeConfig.candidate_processes (1: as the agent's own verify "
+                        "and profile calls; 0: the judge's default, 4 on CUDA)")
+    parser.add_argument("--no-split-timing", action="store_true",
+                        help="JudgeConfig.split_timing off: every candidate process times to "
+                        "the full interval")
     args = parser.parse_args()
     build = BuildConfig(extra_cuda_cflags=tuple(args.cuda_flag))
     judge = Judge(JudgeConfig(device="cuda", keep_warm=not args.spares_between, build=build,
-                              candidate_processes=args.candidate_processes,
-                              split_timing=args.split_timing))
+                              candidate_processes=args.candidate_processes or None,
+                              split_timing=not args.no_split_timing))
     for pid in map(int, args.ids.split(",")):
         task = load_task(f"{args.kernelbench}::1/{pid}")
         work = Path(tempfile.mkdtemp()) / "ws"

@@ -139,3 +139,14 @@ def test_file_policy(workspace: Path, tmp_path: Path) -> None:
         tools.delete_file("model_new.py")
     with pytest.raises(FileAccessError, match="cannot be written"):
         tools.delete_file("model.py")
+
+
+def test_verify_and_profile_are_quick_and_judge_is_steady(workspace: Path) -> None:
+    """verify and profile time the candidate in one process; judge keeps the settings."""
+    tools = WorkspaceTools(workspace, McpConfig(judge=JudgeConfig(trials=1)))
+    assert tools.judge_config(time=True).candidate_processes == 1
+    final = tools.judge_config(time=True, final=True)
+    assert final.candidate_processes is None and final.candidate_processes_for("cuda") == 4
+    assert final.trials == 1 and final.device == tools.info.device
+    told = WorkspaceTools(workspace, McpConfig(judge=JudgeConfig(candidate_processes=2)))
+    assert told.judge_config(time=True).candidate_processes == 2

@@ -136,3 +136,14 @@ def test_shell_timeout(workspace: Path):
 def test_submit(box: Toolbox):
     result = box.call("submit", {"message": "done"})
     assert result.ok and result.data == {"submitted": True, "message": "done"}
+
+
+def test_verify_and_profile_time_in_one_process_unless_told(workspace: Path):
+    """The agent's own calls time the candidate in one process (judge.config.IN_EPISODE),
+    where the final judgement would take 4 on CUDA; settings that name a number win."""
+    quick = Toolbox(workspace).judge_config(timed=True)
+    assert quick.candidate_processes == 1 and quick.time
+    assert quick.candidate_processes_for("cuda") == 1
+    told = Toolbox(workspace, ToolsConfig(judge={"candidate_processes": 3, "trials": 2}))
+    assert told.judge_config(timed=True).candidate_processes == 3
+    assert told.judge_config(timed=True).trials == 2

@@ -31,21 +31,23 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
         result = judge.judge(task, candidate)
         assert len(judge._spares) == 3  # the reference's and two candidates'
     assert result.correct, result.reasons
-    assert result.timing.processes == 2 and result.timing.runs >= 10
     assert result.timing.ci_low_ms <= result.timing.median_ms <= result.timing.ci_high_ms
-    if any(flag.startswith("timer disagreement") for flag in result.flags):
-        # a loaded machine can stall the calls the judge's own clock times; its figure wins
-        assert result.runtime_ms > result.timing.median_ms
+    stalled = [f for f in result.flags if f.startswith("timer disagreement")]
+    if stalled:
+        # a loaded machine can stall the calls the judge's own clock times: that process is
+        # left out (all are pooled where every one stalled)
+        assert result.timing.processes == (2 if len(stalled) == 2 else 1), result.flags
     else:
         assert result.runtime_ms == result.timing.median_ms
+        assert result.timing.processes == 2 and result.timing.runs >= 10
     phases = dict(result.phases)
     for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed"):
         assert phases[name] > 0.0, (name, phases)
     assert "candidate2.forward" not in phases  # the extra process runs no trials
-    assert phases["candidate2.crosscheck"] > 0.0  # without split_timing it bursts too
+    assert phases["candidate2.crosscheck"] > 0.0  # every process's clock is cross-checked
 
 
-def test_split_timing_shares_the_interval_and_spares_the_extra_processes(
+def test_split_timing_shares_the_interval_and_shortens_the_extra_warm_ups(
         scale_add_task: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch):
     from cuda_agent.judge import retime
     from cuda_agent.judge.runner import Worker
@@ -58,19 +60,19 @@ def test_split_timing_shares_the_interval_and_spares_the_extra_processes(
         return run(self, job, *args, **kwargs)
 
     monkeypatch.setattr(Worker, "run", noted)  # the real run, its jobs noted
-    split = TIMED.model_copy(update={"split_timing": True})
-    result = Judge(split).judge(load_task(scale_add_task), Candidate.from_ref(workspace))
+    assert TIMED.split_timing  # the default
+    result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(workspace))
     first, second = [j for j in jobs if j.get("role") == "candidate"]
     assert first["timing"]["target_rel_ci"] == pytest.approx(0.005 * 2 ** 0.5)
     assert "warmup_s" not in first["timing"] and first.get("crosscheck", True)
     assert second["timing"]["target_rel_ci"] == first["timing"]["target_rel_ci"]
     assert second["timing"]["warmup_s"] == retime.EXTRA_WARMUP_S
     assert second["timing"]["warmup"] == retime.EXTRA_WARMUP_CALLS
-    assert second["crosscheck"] is False and second["check"] is False
+    assert second.get("crosscheck", True) and second["check"] is False
     assert result.correct and result.timing.processes == 2, result.reasons
     phases = dict(result.phases)
     assert phases["candidate.crosscheck"] > 0.0 and phases["candidate2.timing.timed"] > 0.0
-    assert "candidate2.crosscheck" not in phases, phases  # only the first one's is read
+    assert phases["candidate2.crosscheck"] > 0.0  # each process's clock is read
     assert not any(f.startswith("timer cross-check missing") for f in result.flags)
 
 
@@ -85,38 +87,46 @@ def test_split_timing_widens_only_the_candidates_interval(scale_add_task: Path,
     def plan(**update: object) -> JudgePlan:
         return JudgePlan(TIMED.model_copy(update=update), task, "cpu", 7, tmp_path)
 
-    shared = plan(split_timing=True, candidate_processes=4)
+    shared = plan(candidate_processes=4)
     assert shared.candidate_timing()["target_rel_ci"] == pytest.approx(0.005 * 2)
     assert shared.timing["target_rel_ci"] == pytest.approx(0.005)
-    assert shared.baseline_key == plan(candidate_processes=4).baseline_key
-    assert plan(candidate_processes=4).candidate_timing() == shared.timing
-    assert plan(split_timing=True, candidate_processes=1).candidate_timing() == shared.timing
+    assert shared.baseline_key == plan(candidate_processes=4, split_timing=False).baseline_key
+    assert plan(candidate_processes=4, split_timing=False).candidate_timing() == shared.timing
+    assert plan(candidate_processes=1).candidate_timing() == shared.timing
 
 
-# Honest while the judge traces its first call (a trial, in the first process); in a process
-# whose first call is untraced (a timing process's warm-up) it computes something else.
-SECOND_PROCESS_WRONG = '''
-import importlib
-import torch.nn as nn
-import cuda_extension
+def traced_first_model(body: str, header: str = "") -> str:
+    """model_new.py for scale_add whose forward first notes whether its process's first call
+    was traced (a trial: only the first process runs trials), then runs ``body``."""
+    return textwrap.dedent('''
+        import importlib
+        import time
+        import torch.nn as nn
+        import cuda_extension
 
-dispatch = importlib.import_module("torch.utils." + "_python_dispatch")
-current_mode = getattr(dispatch, "_get_current_" + "dispatch_mode")
+        dispatch = importlib.import_module("torch.utils." + "_python_dispatch")
+        current_mode = getattr(dispatch, "_get_current_" + "dispatch_mode")
+        ''') + textwrap.dedent(header) + textwrap.dedent('''
+
+        class ModelNew(nn.Module):
+            traced_first = None
+
+            def __init__(self, alpha):
+                super().__init__()
+                self.alpha = alpha
+
+            def forward(self, x, y):
+                if ModelNew.traced_first is None:
+                    ModelNew.traced_first = current_mode() is not None
+        ''') + textwrap.indent(textwrap.dedent(body).strip(), " " * 8) + "\n"
 
 
-class ModelNew(nn.Module):
-    traced_first = None
-
-    def __init__(self, alpha):
-        super().__init__()
-        self.alpha = alpha
-
-    def forward(self, x, y):
-        if ModelNew.traced_first is None:
-            ModelNew.traced_first = current_mode() is not None
-        alpha = self.alpha if ModelNew.traced_first else self.alpha * 1.5
-        return cuda_extension.scale_add(x.contiguous(), y.contiguous(), alpha)
-'''
+# Honest in the first process; in a process whose first call is untraced (a timing
+# process's warm-up) it computes something else.
+SECOND_PROCESS_WRONG = traced_first_model('''
+    alpha = self.alpha if ModelNew.traced_first else self.alpha * 1.5
+    return cuda_extension.scale_add(x.contiguous(), y.contiguous(), alpha)
+''')
 
 
 def test_wrong_outputs_in_a_timing_process_fail(scale_add_task: Path, workspace: Path):
@@ -124,7 +134,7 @@ def test_wrong_outputs_in_a_timing_process_fail(scale_add_task: Path, workspace:
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     one = Judge(TIMED.model_copy(update={"candidate_processes": 1})).judge(task, candidate)
     assert one.correct, one.reasons  # one process: it is never caught out
-    for config in (TIMED, TIMED.model_copy(update={"split_timing": True})):
+    for config in (TIMED, TIMED.model_copy(update={"split_timing": False})):
         result = Judge(config).judge(task, candidate)
         assert not result.correct and result.reward == -1
         assert "timed output differs from the reference" in " ".join(result.reasons)
@@ -183,3 +193,107 @@ def test_a_jobs_warm_up_seconds_reach_the_timer():
               "target_rel_ci": 0.01}
     assert "warmup_s" not in _timing_kwargs({"timing": timing})  # the timer's default
     assert _timing_kwargs({"timing": {**timing, "warmup_s": 0.05}})["warmup_s"] == 0.05
+
+
+# Honest in the first process; in a timing process it hides the time spent in forward from
+# the process's own clock (the timer's reference to it).
+CLOCK_IN_TIMING_PROCESS = traced_first_model('''
+    if not ModelNew.traced_first and not _hidden[1:]:
+        _hidden.append(True)
+        timer = importlib.import_module("cuda_" + "agent.judge.timing")
+        timer._clock = lambda: _real() - _hidden[0]
+    start = _real()
+    out = cuda_extension.scale_add(x.contiguous(), y.contiguous(), self.alpha)
+    if not ModelNew.traced_first:
+        _hidden[0] += _real() - start
+    return out
+''', "_real, _hidden = time.perf_counter, [0.0]\n")
+
+
+def test_a_clock_patched_in_a_timing_process_is_caught_there(tmp_path: Path):
+    """Every candidate process's calls are timed by the judge's clock too: a candidate that
+    hides its time only where it guesses it is not the first process is flagged by that
+    process's cross-check, and that process's timing is left out."""
+    from tests.judge.adversarial.helpers import write_scale_add, write_task
+
+    task = load_task(write_task(tmp_path, "scale_add_big"))
+    honest = Judge(TIMED).judge(task, Candidate.from_ref(write_scale_add(tmp_path / "fair")))
+    assert honest.correct, honest.reasons
+    root = write_scale_add(tmp_path / "ws", textwrap.dedent(CLOCK_IN_TIMING_PROCESS))
+    result = Judge(TIMED).judge(task, Candidate.from_ref(root))
+    assert result.correct, result.reasons
+    flags = [f for f in result.flags if f.startswith("timer disagreement")]
+    assert any("(candidate process 2)" in f and f.endswith("the process's timing left out")
+               for f in flags), result.flags
+    if len(flags) == 1:  # the first process's calls were not stalled by a loaded machine
+        assert result.timing.processes == 1  # the second's timing left out of the pool
+    assert result.runtime_ms >= 0.5 * honest.runtime_ms, (result.runtime_ms, honest.runtime_ms)
+
+
+def test_candidate_processes_default_by_device_and_in_episode():
+    """None: 4 on CUDA, 1 on CPU, 1 untimed; the agent's own calls take one process unless
+    their settings name a number."""
+    from cuda_agent.judge.config import in_episode
+
+    assert JudgeConfig().candidate_processes_for("cuda:0") == 4
+    assert JudgeConfig().candidate_processes_for("cpu") == 1
+    assert JudgeConfig(time=False).candidate_processes_for("cuda") == 1
+    assert JudgeConfig(candidate_processes=2).candidate_processes_for("cpu") == 2
+    quick = in_episode(JudgeConfig(trials=2))
+    assert quick.candidate_processes_for("cuda") == 1 and quick.trials == 2
+    assert in_episode(JudgeConfig(candidate_processes=3)).candidate_processes == 3
+    assert in_episode(JudgeConfig.model_validate({"candidate_processes": None})
+                      ).candidate_processes is None  # set, to the default, on purpose
+
+
+def _timed(median_ms: float, judge_ms: float | None) -> object:
+    """One process's timing as the judge gets it: samples around ``median_ms``, its
+    cross-check burst of 10 calls and the marks the judge's clock took (none if None)."""
+    from cuda_agent.judge.retime import Timed
+    from cuda_agent.judge.runner import WorkerOutcome
+
+    samples = [median_ms * (1 + 0.001 * k) for k in range(-5, 6)]
+    result = {"samples_ms": samples, "time_meaning": "wall", "crosscheck_calls": 10,
+              "crosscheck_ms": median_ms}
+    marks = () if judge_ms is None else (("start", 1.0), ("end", 1.0 + judge_ms * 1e-2))
+    return Timed(WorkerOutcome(True, result, None, "", marks), [])
+
+
+@pytest.mark.parametrize(("second", "expected_ms", "processes", "flag"), [
+    ((1.02, 1.0), 1.01, 2, None),  # both clocks agree: pooled
+    ((0.1, 1.0), 1.0, 1, "timer disagreement (candidate process 2)"),  # patched: left out
+    ((0.1, None), 1.0, 1, "timer cross-check missing (candidate process 2)"),  # no marks
+])
+def test_each_process_clock_decides_whether_it_is_pooled(
+        scale_add_task: Path, second: tuple, expected_ms: float,
+        processes: int, flag: str | None):
+    from cuda_agent.judge.baselines import Baselines
+    from cuda_agent.judge.record import Verdict
+    from cuda_agent.judge.verify import check_timing
+
+    verdict = Verdict(load_task(scale_add_task), "cpu", 7)
+    runs = [_timed(1.0, 1.0), _timed(*second)]
+    check_timing(verdict, runs, Baselines(None, None, None), {}, TIMED)
+    assert verdict.runtime_ms == pytest.approx(expected_ms)
+    assert verdict.timing.processes == processes
+    if flag is None:
+        assert not verdict.flags
+    else:
+        assert len(verdict.flags) == 1 and verdict.flags[0].startswith(flag)
+        assert verdict.flags[0].endswith("the process's timing left out")
+
+
+def test_where_no_clock_agrees_the_judges_figure_is_a_floor(scale_add_task: Path):
+    from cuda_agent.judge.baselines import Baselines
+    from cuda_agent.judge.record import Verdict
+    from cuda_agent.judge.verify import check_timing
+
+    verdict = Verdict(load_task(scale_add_task), "cpu", 7)
+    check_timing(verdict, [_timed(0.1, 2.0), _timed(0.1, 3.0)], Baselines(None, None, None),
+                 {}, TIMED)
+    assert verdict.timing.processes == 2 and verdict.runtime_ms == pytest.approx(3.0)
+    assert all(f.endswith("the judge's figure is used") for f in verdict.flags)
+    one = Verdict(load_task(scale_add_task), "cpu", 7)
+    check_timing(one, [_timed(0.1, 2.0)], Baselines(None, None, None), {}, TIMED)
+    assert one.runtime_ms == pytest.approx(2.0) and one.flags[0].startswith(
+        "timer disagreement: ")  # one process: no number

@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build import Builder
 from cuda_agent.judge import Candidate, CandidateError, Judge, JudgeConfig
+from cuda_agent.judge.config import in_episode
 from cuda_agent.judge.judge import JudgeError
 from cuda_agent.results import BuildResult, JudgeResult, to_dict
 from cuda_agent.workspace import read_workspace
@@ -143,12 +144,18 @@ class WorkspaceTools:
         return Reply(f"{text}\n\n{result.profile}" if result.profile else text, data)
 
     def judge(self) -> Reply:
-        result = self._judge(time=self.config.judge.time, profile=False)
+        result = self._judge(time=self.config.judge.time, profile=False, final=True)
         return Reply(_with_reasons(f"judge: {_timing_line(result)}", result),
                      judge_record(result))
 
-    def _judge(self, time: bool, profile: bool) -> JudgeResult:
-        config = self.config.judge.model_copy(update={"device": self.info.device, "time": time})
+    def judge_config(self, time: bool, final: bool = False) -> JudgeConfig:
+        """Verify and profile time the candidate as an episode's own calls do
+        (``in_episode``); ``judge`` as configured."""
+        base = self.config.judge if final else in_episode(self.config.judge)
+        return base.model_copy(update={"device": self.info.device, "time": time})
+
+    def _judge(self, time: bool, profile: bool, final: bool = False) -> JudgeResult:
+        config = self.judge_config(time, final)
         with self._lock:
             return Judge(config).judge(self.info.task, Candidate("workspace", self.root), profile)
 

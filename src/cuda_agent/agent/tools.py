@@ -38,7 +38,8 @@ class ToolsConfig(BaseModel):
     max_results: int = Field(200, ge=1, description="Most files or lines glob/grep list.")
     judge: dict[str, Any] = Field(
         default_factory=dict, description="JudgeConfig overrides for verify and profile, "
-        "e.g. {'trials': 2}; device always comes from the workspace.")
+        "e.g. {'trials': 2}; device always comes from the workspace. Unless they name it, "
+        "the candidate is timed in one process (judge.config.IN_EPISODE).")
 
 
 class Toolbox:
@@ -157,9 +158,10 @@ class Toolbox:
 
     def judge_config(self, timed: bool) -> Any:
         from cuda_agent.judge import JudgeConfig
+        from cuda_agent.judge.config import in_episode
 
         fields = {**self.config.judge, "device": self.workspace().device, "time": timed}
-        return JudgeConfig.model_validate(fields)
+        return in_episode(JudgeConfig.model_validate(fields))
 
     def _judge(self, timed: bool, profile: bool) -> ToolResult:
         from cuda_agent.judge import Candidate, Judge

@@ -56,7 +56,7 @@ def agent_config(device: str, max_turns: int, max_tokens: int, sets: list[str],
 
     judge = overrides.apply(JudgeConfig(device=device), sets)
     tools = overrides.apply(JudgeConfig(device=device), list(tool_sets))
-    changed = tools.model_dump(exclude={"device"}, mode="json", exclude_defaults=True)
+    changed = tools.model_dump(exclude={"device"}, mode="json", exclude_unset=True)
     return AgentConfig(max_turns=max_turns, max_tokens=max_tokens,
                        tools=ToolsConfig(judge=changed),
                        judge=judge.model_dump(exclude={"device"}, mode="json"))

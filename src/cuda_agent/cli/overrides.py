@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -32,7 +32,26 @@ def apply(config: C, overrides: list[str]) -> C:
             raise typer.BadParameter(f"override '{item}': unknown field '{parts[-1]}' "
                                      f"(known: {', '.join(sorted(node))})")
         node[parts[-1]] = value
+    touched: dict[str, Any] = {}
+    for item in overrides:
+        node = touched
+        for part in item.partition("=")[0].split("."):
+            node = node.setdefault(part, {})
     try:
-        return type(config).model_validate(data)
+        return type(config).model_validate(_set_only(config, data, touched))
     except ValidationError as exc:
         raise typer.BadParameter(str(exc)) from None
+
+
+def _set_only(model: BaseModel, data: dict[str, Any], touched: dict[str, Any]
+              ) -> dict[str, Any]:
+    """``data`` with only the fields ``model`` had set or an override named, at every level:
+    what was not set stays unset (``judge.config.in_episode`` reads which fields were)."""
+    out = {}
+    for key, value in data.items():
+        if key in model.model_fields_set or key in touched:
+            sub = getattr(model, key, None)
+            if isinstance(sub, BaseModel) and isinstance(value, dict):
+                value = _set_only(sub, value, touched.get(key, {}))
+            out[key] = value
+    return out

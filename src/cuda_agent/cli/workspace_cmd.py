@@ -90,10 +90,11 @@ def _workspace(directory: Path):
 
 def _judge(directory: Path, as_json: bool, sets: list[str], time: bool, profile: bool) -> None:
     from cuda_agent.judge import Candidate, Judge, JudgeConfig
+    from cuda_agent.judge.config import in_episode
     from cuda_agent.judge.judge import JudgeError
 
     info = _workspace(directory)
-    config = overrides.apply(JudgeConfig(device=info.device, time=time), sets)
+    config = in_episode(overrides.apply(JudgeConfig(device=info.device, time=time), sets))
     try:
         result = Judge(config).judge(info.task, Candidate("workspace", info.root), profile)
     except JudgeError as exc:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v11"
+JUDGE_VERSION = "judge-v12"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -55,6 +55,11 @@ History:
   the gate after the timed ones, none of them timed (recording changed how a kernel of one
   full wave at full occupancy ran: on an H100 it took 20-30% longer while recorded);
   ``model_new.py`` may not refer to the profiler.
+- judge-v12: on CUDA the candidate is timed in 4 fresh processes by default
+  (``candidate_processes``), its timing split among them (``split_timing``); every process's
+  calls are cross-checked with the judge's clock, and a process whose clock disagrees is
+  left out of the pool; the agent's own verify and profile calls time it in one process
+  (``in_episode``).
 """
 
 
@@ -88,24 +93,23 @@ class JudgeConfig(BaseModel):
         "from one process to the next on an H100 while each process's own interval is 0.2%; "
         "a cached baseline keeps its process's offset for every later speed-up. None: 5 on "
         "CUDA (paid once per cached task), 1 on CPU.")
-    candidate_processes: int = Field(
-        1, ge=1, description="Fresh (confined) processes the candidate is timed in: the first "
-        "verifies and times, each other one times again (its timed outputs re-checked, its "
-        "threads and streams watched the same way); the runtime is pooled like the baselines'. "
-        "Each extra process adds its timing to a judgement (0.6-1.4 s on an H100) and keeps "
-        "one slow process from setting the runtime (from 3 on). A process's median carries "
-        "an offset of its own, so more processes narrow the runtime: KernelBench 1/12's "
-        "speed-up spread over 5 judgements was 0.67% with 1, 0.33% with 4 (docs/"
-        "benchmarks.md, Per-process offsets). Past 256 MiB of timed outputs the extra "
-        "processes are staged one at a time.")
+    candidate_processes: int | None = Field(
+        None, ge=1, description="Fresh (confined) processes the candidate is timed in: the "
+        "first verifies and times, each other one times again (its timed outputs re-checked, "
+        "its clock cross-checked, its threads and streams watched the same way); the runtime "
+        "is pooled like the baselines'. A process's median carries an offset of its own, so "
+        "more processes narrow the runtime: KernelBench 1/12's speed-up spread over 5 "
+        "judgements on an H100 was 0.67% with 1, 0.21% with 4 and split_timing (docs/"
+        "benchmarks.md). None: 4 on CUDA, 1 on CPU. The agent's own verify and profile calls "
+        "take 1 unless told otherwise (in_episode): each extra process adds 0.4-0.6 s. Past "
+        "256 MiB of timed outputs the extra processes are staged one at a time.")
     split_timing: bool = Field(
-        False, description="With candidate_processes n > 1, spend the candidate's timing "
-        "across its processes: each stops once its median's interval is target_rel_ci x "
-        "sqrt(n) (pooled, about as tight as one process at target_rel_ci; from 3 on the "
-        "pool keeps n - 2 medians, so somewhat wider), the extra processes warm up for 10 "
-        "calls and 0.05 s (the GPU is warm from the process before) and skip the "
-        "cross-check burst (only the first process's is read). Each process's own offset, "
-        "not its interval, is what more processes average away.")
+        True, description="With n > 1 candidate processes, spend the candidate's timing "
+        "across them: each stops once its median's interval is target_rel_ci x sqrt(n) "
+        "(pooled, about as tight as one process at target_rel_ci; from 3 on the pool keeps "
+        "n - 2 medians, so somewhat wider), and the extra processes warm up for 10 calls and "
+        "0.05 s (the GPU is warm from the process before). Each process's own offset, not "
+        "its interval, is what more processes average away.")
     activity_record: bool = Field(
         True, description="On CUDA, after the candidate's timed calls, record the device's "
         "own activity (CUPTI, through torch's profiler) over 32 further calls through the "
@@ -149,8 +153,30 @@ class JudgeConfig(BaseModel):
             return self.baseline_processes
         return 5 if device.startswith("cuda") else 1
 
+    def candidate_processes_for(self, device: str) -> int:
+        """``candidate_processes`` as it applies on ``device`` (1 when not timing)."""
+        if not self.time:
+            return 1
+        if self.candidate_processes is not None:
+            return self.candidate_processes
+        return 4 if device.startswith("cuda") else 1
+
     def rel_ci_for(self, device: str) -> float:
         """``target_rel_ci`` as it applies on ``device``."""
         if self.target_rel_ci is not None:
             return self.target_rel_ci
         return 0.002 if device.startswith("cuda") else 0.005
+
+
+IN_EPISODE = {"candidate_processes": 1}
+"""What the agent's own verify and profile calls (its tools, the workspace's commands, the
+MCP server's and the service's) change in a judge's settings: the candidate timed in one
+process, so that an edited kernel is built, checked and timed in about 3 s on an H100 (docs/
+benchmarks.md). The final judgement, evaluation and rewards keep the steadier default."""
+
+
+def in_episode(config: JudgeConfig) -> JudgeConfig:
+    """``config`` for a verify or profile call inside an episode: ``IN_EPISODE``'s settings
+    where ``config`` did not set them itself."""
+    update = {k: v for k, v in IN_EPISODE.items() if k not in config.model_fields_set}
+    return config.model_copy(update=update) if update else config

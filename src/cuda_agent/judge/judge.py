@@ -1,4 +1,4 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v11).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v12).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
@@ -323,7 +323,7 @@ class Judge:
 
     def _candidates(self) -> int:
         """Candidate processes a judgement uses: the extra ones only time."""
-        return self.config.candidate_processes if self.config.time else 1
+        return self.config.candidate_processes_for(self.device)
 
 
 def _stop_unless_done(ahead: Future, worker: Worker) -> None:

@@ -42,7 +42,7 @@ class JudgePlan:
     def candidate_timing(self) -> dict[str, Any]:
         """The candidate's timing settings: the baselines' own, unless ``split_timing``
         shares the interval among the candidate's processes."""
-        processes = self.cfg.candidate_processes if self.cfg.time else 1
+        processes = self.cfg.candidate_processes_for(self.device)
         if not self.cfg.split_timing or processes < 2:
             return self.timing
         return {**self.timing, "target_rel_ci": self.timing["target_rel_ci"] * processes ** 0.5}

@@ -3,9 +3,9 @@
 A time measured in one process carries that process's offset (on an H100 a 50-90 us
 kernel's median moves by 0.15-0.35% from one process to the next, while each process's own
 interval is 0.2%). Each extra process is staged like the first (confined, its pack lent),
-runs the timing part of the candidate's job alone, and sends back its timed outputs, which
-the judge re-checks as it does the first process's (``verify.check_run``) as soon as they
-arrive.
+runs the timing part of the candidate's job alone (its cross-check with the judge's clock
+included), and sends back its timed outputs, which the judge re-checks as it does the first
+process's (``verify.check_run``) as soon as they arrive.
 """
 
 from __future__ import annotations
@@ -78,10 +78,10 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
     outputs passed to ``check`` and dropped; their timings, or None after adding the reason
     a process failed."""
     plan, runs = staging.plan, []
-    if plan.cfg.split_timing:  # warm already; only the first process's cross-check is read
+    if plan.cfg.split_timing:  # the GPU is warm from the process before
         warmup = max(int(job["timing"]["warmup"]), EXTRA_WARMUP_CALLS)
         job = {**job, "timing": {**job["timing"], "warmup": warmup,
-                                 "warmup_s": EXTRA_WARMUP_S}, "crosscheck": False}
+                                 "warmup_s": EXTRA_WARMUP_S}}
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
         role = f"candidate{k}"
         if fields is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -84,18 +85,28 @@ def check_run(verdict: Verdict, run: Timed, base: Baselines, reference: dict[str
 
 def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
                  reference: dict[str, Any], cfg: JudgeConfig) -> None:
-    """Pool the timings of processes that each passed ``check_run``, cross-check clocks (the
-    first process's), flag the floor."""
+    """Cross-check each process's clock and pool the timings of the processes that each
+    passed ``check_run`` and whose clocks agreed, then flag the floor. Where no clock agreed,
+    all are pooled and the judge's figures are a floor for the runtime."""
     meaning = runs[0].outcome.result.get("time_meaning", "wall")
     # statistics are computed here, from the raw samples, not in the candidate's process
-    measured = pooled([worker_stats(run.outcome.result) for run in runs])
-    cand = runs[0].outcome
+    parts = [worker_stats(run.outcome.result) for run in runs]
+    checks = [_crosscheck(run.outcome, part.median_ms) for run, part in zip(runs, parts,
+                                                                           strict=True)]
+    agreed = [p for p, c in zip(parts, checks, strict=True) if c.agreed]
+    for k, check in enumerate(checks, start=1):
+        if not check.agreed:
+            where = f" (candidate process {k})" if len(runs) > 1 else ""
+            verdict.flags.append(check.flag.format(where=where) + (
+                "; the process's timing left out" if agreed else
+                "; the judge's figure is used" if check.judge_ms is not None else ""))
+    measured = pooled(agreed or parts)
     verdict.timing, verdict.time_meaning = measured, TIME_MEANINGS[meaning]
-    verdict.runtime_ms = measured.median_ms
+    floors = [] if agreed else [c.judge_ms for c in checks if c.judge_ms is not None]
+    verdict.runtime_ms = max([measured.median_ms, *floors])
     verdict.eager_timing, verdict.compile_timing = base.eager, base.compile
     verdict.eager_ms = base.eager.median_ms if base.eager else None
     verdict.compile_ms = base.compile.median_ms if base.compile else None
-    _crosscheck(verdict, cand)
     io_bytes = reference.get("io_bytes")
     if io_bytes and base.bandwidth_gbs:
         floor_ms = io_bytes / (base.bandwidth_gbs * 1e9) * 1e3
@@ -138,18 +149,30 @@ def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
     return True
 
 
-def _crosscheck(verdict: Verdict, cand: WorkerOutcome) -> None:
+@dataclass(frozen=True)
+class ClockCheck:
+    """One process's calls timed by the judge's clock: whether its own clock agreed, the
+    judge's figure (ms per call, None without marks) and the flag to raise if not."""
+
+    agreed: bool
+    judge_ms: float | None = None
+    flag: str = ""
+
+
+def _crosscheck(cand: WorkerOutcome, median: float) -> ClockCheck:
+    """The judge's clock against one process's calls. They disagree when the calls took far
+    longer by the judge's clock than the process's median says, or when the marks are
+    missing (the process holds their pipe). A candidate that patched its timer only where
+    it guessed it was not the first process is caught there."""
     marks = dict(reversed(cand.marks))  # the first mark of each label wins
     calls = cand.result.get("crosscheck_calls")
     if "start" not in marks or "end" not in marks or not calls:
-        verdict.flags.append("timer cross-check missing: the judge's clock saw no marks")
-        return
+        return ClockCheck(False, None, "timer cross-check missing{where}: the judge's clock "
+                          "saw no marks")
     judge_ms = (marks["end"] - marks["start"]) * 1e3 / calls
-    inside_ms = cand.result["crosscheck_ms"]
-    median = verdict.runtime_ms or 0.0
-    if judge_ms > CROSSCHECK_FACTOR * median + CROSSCHECK_SLACK_MS:
-        verdict.flags.append(
-            f"timer disagreement: the judge's clock measured {judge_ms:.4g} ms per call, the "
-            f"candidate's process {inside_ms:.4g} ms (median {median:.4g} ms); the judge's "
-            "figure is used")
-        verdict.runtime_ms = judge_ms
+    if judge_ms <= CROSSCHECK_FACTOR * median + CROSSCHECK_SLACK_MS:
+        return ClockCheck(True, judge_ms)
+    return ClockCheck(False, judge_ms, (
+        f"timer disagreement{{where}}: the judge's clock measured {judge_ms:.4g} ms per "
+        f"call, the candidate's process {cand.result['crosscheck_ms']:.4g} ms (median "
+        f"{median:.4g} ms)"))

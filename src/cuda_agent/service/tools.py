@@ -24,6 +24,7 @@ from cuda_agent.execution.sandbox import (
     make_sandbox,
 )
 from cuda_agent.judge import Candidate, Judge
+from cuda_agent.judge.config import in_episode
 from cuda_agent.judge.judge import JudgeError
 from cuda_agent.results import BuildResult, JudgeResult
 from cuda_agent.service.config import ServiceConfig
@@ -94,7 +95,7 @@ class Toolbox:
         return self._judge_here(episode, time=True, profile=True)
 
     def _judge_here(self, episode: Episode, time: bool, profile: bool) -> JudgeResult:
-        config = self.config.judge.model_copy(
+        config = in_episode(self.config.judge).model_copy(
             update={"device": episode.device, "time": time, "keep_warm": False})
         with self._local, Judge(config) as judge:
             try:
