@@ -40,8 +40,9 @@
 #   bash benchmarks/judge_v2/device_judge.sh v12 OUT_DIR   # (not with NO_TESTS=1: the GPU
 #        tests in TESTS, default CUDA hack, device timing and e2e), then judge latency for each
 #        problem:processes in LATENCY (default "40:1 12:1 40:0 12:0"; 1: the agent's verify and
-#        profile, 0: the default, 4 on CUDA); the first judgement of a problem measures its
-#        baselines (about 85 s)
+#        profile, 0: the default, 4 on CUDA; not with NO_LATENCY=1); the first judgement of a
+#        problem measures its baselines (about 85 s). Tests and latency together pass 600 s:
+#        run them as two calls (NO_LATENCY=1, then NO_TESTS=1)
 #   bash benchmarks/judge_v2/device_judge.sh v12-fidelity OUT_DIR   # fidelity of CANDIDATES
 #        (calibrated, 1/12, 1/40) with the judge's defaults, REPEATS judgements, FIDELITY_S
 #   bash benchmarks/judge_v2/device_judge.sh v11 OUT_DIR   # e2e tests, the calibrated kernel
@@ -301,6 +302,7 @@ v12)
       --timeout 150 -rfEsxX --durations=5 2>&1 | grep -v Warning | tee "$OUT/v12_tests.txt" \
       | grep -E "^E  |passed|failed|^FAILED|^XPASS|^[0-9.]+s " | head -40
   fi
+  [ -n "${NO_LATENCY:-}" ] && exit 0
   for run in ${LATENCY:-40:1 12:1 40:0 12:0}; do  # problem:candidate processes, 0: default
     echo "== latency of 1/${run%:*}, candidate_processes=${run#*:} (1: the agent's verify and" \
       "profile; 0: the default)" | tee -a "$OUT/latency.txt"
