@@ -18,6 +18,15 @@ TIMED = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=
                     trials=2, scales=(), candidate_processes=2)
 
 
+def pooled_processes(result: object, n: int) -> int:
+    """How many of ``n`` processes the runtime should pool. On a loaded machine (CI: two
+    cores, tests in parallel) an honest process's cross-check burst can stall, so that the
+    judge's clock disagrees with its median: it is left out, unless every one stalled."""
+    stalled = sum(f.startswith(("timer disagreement", "timer cross-check missing"))
+                  for f in result.flags)
+    return n if stalled in (0, n) else n - stalled
+
+
 @pytest.fixture
 def workspace(tmp_path: Path, scale_add_task: Path) -> Path:
     root = init_workspace(load_task(scale_add_task), tmp_path / "ws", "cpu")
@@ -32,14 +41,9 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
         assert len(judge._spares) == 3  # the reference's and two candidates'
     assert result.correct, result.reasons
     assert result.timing.ci_low_ms <= result.timing.median_ms <= result.timing.ci_high_ms
-    stalled = [f for f in result.flags if f.startswith("timer disagreement")]
-    if stalled:
-        # a loaded machine can stall the calls the judge's own clock times: that process is
-        # left out (all are pooled where every one stalled)
-        assert result.timing.processes == (2 if len(stalled) == 2 else 1), result.flags
-    else:
-        assert result.runtime_ms == result.timing.median_ms
-        assert result.timing.processes == 2 and result.timing.runs >= 10
+    assert result.timing.processes == pooled_processes(result, 2), result.flags
+    if not result.flags:
+        assert result.runtime_ms == result.timing.median_ms and result.timing.runs >= 10
     phases = dict(result.phases)
     for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed"):
         assert phases[name] > 0.0, (name, phases)
@@ -69,7 +73,8 @@ def test_split_timing_shares_the_interval_and_shortens_the_extra_warm_ups(
     assert second["timing"]["warmup_s"] == retime.EXTRA_WARMUP_S
     assert second["timing"]["warmup"] == retime.EXTRA_WARMUP_CALLS
     assert second.get("crosscheck", True) and second["check"] is False
-    assert result.correct and result.timing.processes == 2, result.reasons
+    assert result.correct, result.reasons
+    assert result.timing.processes == pooled_processes(result, 2), result.flags
     phases = dict(result.phases)
     assert phases["candidate.crosscheck"] > 0.0 and phases["candidate2.timing.timed"] > 0.0
     assert phases["candidate2.crosscheck"] > 0.0  # each process's clock is read
@@ -159,7 +164,8 @@ def test_a_file_candidate_compiles_once_for_all_its_processes(tmp_path: Path,
     path = tmp_path / "cand.py"
     path.write_text(INLINE_SCALE_ADD + f"\n# {uuid.uuid4().hex}\n")
     result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(path))
-    assert result.correct and result.timing.processes == 2, result.reasons
+    assert result.correct, result.reasons
+    assert result.timing.processes == pooled_processes(result, 2), result.flags
     phases = dict(result.phases)
     assert phases["candidate2.load"] < 0.3 * phases["candidate.load"], phases
 
@@ -175,7 +181,8 @@ def test_extra_processes_with_large_outputs_are_staged_in_turn(
     three = TIMED.model_copy(update={"candidate_processes": 3})
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     result = Judge(three).judge(task, candidate)
-    assert result.correct and result.timing.processes == 3, result.reasons
+    assert result.correct, result.reasons
+    assert result.timing.processes == pooled_processes(result, 3), result.flags
     phases = dict(result.phases)
     for name in ("stage_candidate2", "stage_candidate3", "candidate3.timing"):
         assert phases[name] > 0.0, (name, phases)
@@ -222,10 +229,10 @@ def test_a_clock_patched_in_a_timing_process_is_caught_there(tmp_path: Path):
     root = write_scale_add(tmp_path / "ws", textwrap.dedent(CLOCK_IN_TIMING_PROCESS))
     result = Judge(TIMED).judge(task, Candidate.from_ref(root))
     assert result.correct, result.reasons
-    flags = [f for f in result.flags if f.startswith("timer disagreement")]
-    assert any("(candidate process 2)" in f and f.endswith("the process's timing left out")
-               for f in flags), result.flags
-    if len(flags) == 1:  # the first process's calls were not stalled by a loaded machine
+    assert any(f.startswith("timer disagreement (candidate process 2)")
+               for f in result.flags), result.flags
+    if len(result.flags) == 1:  # the first process's burst was not stalled as well
+        assert result.flags[0].endswith("the process's timing left out")
         assert result.timing.processes == 1  # the second's timing left out of the pool
     assert result.runtime_ms >= 0.5 * honest.runtime_ms, (result.runtime_ms, honest.runtime_ms)
 
