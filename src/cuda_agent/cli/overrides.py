@@ -14,6 +14,7 @@ C = TypeVar("C", bound=BaseModel)
 def apply(config: C, overrides: list[str]) -> C:
     """Return a copy of ``config`` with each ``a.b=value`` set; values parse as JSON if they can."""
     data = config.model_dump()
+    touched: dict[str, Any] = {}  # the tree of the keys named, for _set_only
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -32,11 +33,9 @@ def apply(config: C, overrides: list[str]) -> C:
             raise typer.BadParameter(f"override '{item}': unknown field '{parts[-1]}' "
                                      f"(known: {', '.join(sorted(node))})")
         node[parts[-1]] = value
-    touched: dict[str, Any] = {}
-    for item in overrides:
-        node = touched
-        for part in item.partition("=")[0].split("."):
-            node = node.setdefault(part, {})
+        named = touched
+        for part in parts:
+            named = named.setdefault(part, {})
     try:
         return type(config).model_validate(_set_only(config, data, touched))
     except ValidationError as exc:

@@ -326,13 +326,12 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, 
         result["timing_details"] = measured.details | record.summary(
             int(measured.details.get("recorded_calls", 0)))
         timed = [{"variant": k, "out": _pack(packer, outputs)} for k, outputs in last]
-        if job.get("crosscheck", True):
-            calls = max(3, min(1000, int(CROSSCHECK_MS / max(
-                sorted(samples)[len(samples) // 2], 1e-3))))
-            result["stage"] = "crosscheck"
-            inputs, _ = rotation.prepare(0)
-            result["crosscheck_calls"] = calls
-            result["crosscheck_ms"] = timing.crosscheck(model, inputs, device, calls, mark)
+        calls = max(3, min(1000, int(CROSSCHECK_MS / max(sorted(samples)[len(samples) // 2],
+                                                           1e-3))))
+        result["stage"] = "crosscheck"
+        inputs, _ = rotation.prepare(0)
+        result["crosscheck_calls"] = calls
+        result["crosscheck_ms"] = timing.crosscheck(model, inputs, device, calls, mark)
         no_new_threads("timing", "after the timed calls")
         if job.get("profile"):  # last: the profiler starts threads of its own
             result["profile"] = _profile_table(model, rotation.prepare(0)[0], device)

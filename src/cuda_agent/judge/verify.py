@@ -91,13 +91,13 @@ def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
     meaning = runs[0].outcome.result.get("time_meaning", "wall")
     # statistics are computed here, from the raw samples, not in the candidate's process
     parts = [worker_stats(run.outcome.result) for run in runs]
-    checks = [_crosscheck(run.outcome, part.median_ms) for run, part in zip(runs, parts,
-                                                                           strict=True)]
+    checks = [_crosscheck(run.outcome, part.median_ms,
+                          f" (candidate process {k})" if len(runs) > 1 else "")
+              for k, (run, part) in enumerate(zip(runs, parts, strict=True), start=1)]
     agreed = [p for p, c in zip(parts, checks, strict=True) if c.agreed]
-    for k, check in enumerate(checks, start=1):
+    for check in checks:
         if not check.agreed:
-            where = f" (candidate process {k})" if len(runs) > 1 else ""
-            verdict.flags.append(check.flag.format(where=where) + (
+            verdict.flags.append(check.flag + (
                 "; the process's timing left out" if agreed else
                 "; the judge's figure is used" if check.judge_ms is not None else ""))
     measured = pooled(agreed or parts)
@@ -159,7 +159,7 @@ class ClockCheck:
     flag: str = ""
 
 
-def _crosscheck(cand: WorkerOutcome, median: float) -> ClockCheck:
+def _crosscheck(cand: WorkerOutcome, median: float, where: str) -> ClockCheck:
     """The judge's clock against one process's calls. They disagree when the calls took far
     longer by the judge's clock than the process's median says, or when the marks are
     missing (the process holds their pipe). A candidate that patched its timer only where
@@ -167,12 +167,12 @@ def _crosscheck(cand: WorkerOutcome, median: float) -> ClockCheck:
     marks = dict(reversed(cand.marks))  # the first mark of each label wins
     calls = cand.result.get("crosscheck_calls")
     if "start" not in marks or "end" not in marks or not calls:
-        return ClockCheck(False, None, "timer cross-check missing{where}: the judge's clock "
+        return ClockCheck(False, None, f"timer cross-check missing{where}: the judge's clock "
                           "saw no marks")
     judge_ms = (marks["end"] - marks["start"]) * 1e3 / calls
     if judge_ms <= CROSSCHECK_FACTOR * median + CROSSCHECK_SLACK_MS:
         return ClockCheck(True, judge_ms)
     return ClockCheck(False, judge_ms, (
-        f"timer disagreement{{where}}: the judge's clock measured {judge_ms:.4g} ms per "
+        f"timer disagreement{where}: the judge's clock measured {judge_ms:.4g} ms per "
         f"call, the candidate's process {cand.result['crosscheck_ms']:.4g} ms (median "
         f"{median:.4g} ms)"))
