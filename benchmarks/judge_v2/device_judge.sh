@@ -44,7 +44,10 @@
 #        problem measures its baselines (about 85 s). Tests and latency together pass 600 s:
 #        run them as two calls (NO_LATENCY=1, then NO_TESTS=1)
 #   bash benchmarks/judge_v2/device_judge.sh v12-fidelity OUT_DIR   # fidelity of CANDIDATES
-#        (calibrated, 1/12, 1/40) with the judge's defaults, REPEATS judgements, FIDELITY_S
+#        (calibrated, 1/12, 1/40) with the judge's defaults, REPEATS judgements, FIDELITY_S;
+#        SET="KEY=VALUE ..." changes judge settings (e.g. cache_baselines=true, the judge's own
+#        default: the first judgement measures the baselines, the others reuse them), DELAY the
+#        calibrated candidate's delay (spin or stream)
 #   bash benchmarks/judge_v2/device_judge.sh v11 OUT_DIR   # e2e tests, the calibrated kernel
 #        judged REPEATS times at SPIN with the activity record off and on (after the timed
 #        calls), then judge latency (ITERS edits of 1/40 and 1/12)
@@ -316,7 +319,8 @@ v12-fidelity)
   echo "== fidelity with the judge's defaults"
   timeout $((${FIDELITY_S:-500} + 30)) python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/fid" \
     --kernelbench "$KB" --parts fidelity --candidates "${CANDIDATES:-calibrated,1/12,1/40}" \
-    --budget-s "${FIDELITY_S:-500}" --repeats "${REPEATS:-5}" ${SPIN:+--spin $SPIN} 2>&1 \
+    --budget-s "${FIDELITY_S:-500}" --repeats "${REPEATS:-5}" ${SPIN:+--spin $SPIN} \
+    ${DELAY:+--delay $DELAY} $(for s in ${SET:-}; do printf -- '--set %s ' "$s"; done) 2>&1 \
     | grep -v Warning | tail -30
   ;;
 *) echo "unknown part $PART"; exit 2 ;;

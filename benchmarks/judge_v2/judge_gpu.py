@@ -10,7 +10,10 @@ imported), so build and baseline caches start cold and are shared within the run
 
 1. Timing fidelity. Each candidate is judged --repeats times (default 5), every judgement
    with ``JudgeConfig(device="cuda", cache_baselines=False, time_compile=False, seed=None)``,
-   i.e. fresh reference and candidate processes and a fresh eager baseline each time. Per
+   i.e. fresh reference and candidate processes and a fresh eager baseline each time
+   (``--set cache_baselines=true``: as the judge does by default, the first judgement of a
+   candidate measures the baselines and the others reuse them, so the speed-up's spread is
+   the runtime's). Per
    candidate: the eager_ms, runtime_ms and speed-ups of every judgement, their spread
    ((max - min) / median, in %) and the rewards. Candidates:
      - KernelBench 1/12 with benchmarks/kernelbench_l1/12_Matmul_with_diagonal_matrices_;
@@ -1080,9 +1083,12 @@ def markdown(data: dict[str, Any]) -> str:
                  or (k == "seed" and v is not None)}
         seeds = (f"seed {given.pop('seed')}" if "seed" in given else "secret seeds")
         extra = "".join(f", {k}={v}" for k, v in given.items())
+        cached = ("baselines measured by each candidate's first judgement and cached, as "
+                  "the judge does by default" if (fid.get("config") or {}).get(
+                      "cache_baselines") else "baselines not cached")
         lines += [
             f"### 1. Timing fidelity ({fid.get('repeats')} judgements each planned; fresh "
-            f"processes, baselines not cached, no torch.compile baseline, {seeds}{extra})",
+            f"processes, {cached}, no torch.compile baseline, {seeds}{extra})",
             "",
             "| candidate | n | eager ms | runtime ms | speed-up | spread eager / runtime / "
             "speed-up % | SD speed-up % | rewards | faster (reward >= 2) | median CI "
