@@ -146,7 +146,7 @@ def test_verify_and_profile_are_quick_and_judge_is_steady(workspace: Path) -> No
     tools = WorkspaceTools(workspace, McpConfig(judge=JudgeConfig(trials=1)))
     assert tools.judge_config(time=True).candidate_processes == 1
     final = tools.judge_config(time=True, final=True)
-    assert final.candidate_processes is None and final.candidate_processes_for("cuda") == 4
+    assert final.candidate_processes is None and final.candidate_processes_for("cuda") == 8
     assert final.trials == 1 and final.device == tools.info.device
     told = WorkspaceTools(workspace, McpConfig(judge=JudgeConfig(candidate_processes=2)))
     assert told.judge_config(time=True).candidate_processes == 2

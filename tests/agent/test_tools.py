@@ -140,7 +140,7 @@ def test_submit(box: Toolbox):
 
 def test_verify_and_profile_time_in_one_process_unless_told(workspace: Path):
     """The agent's own calls time the candidate in one process (judge.config.IN_EPISODE),
-    where the final judgement would take 4 on CUDA; settings that name a number win."""
+    where the final judgement would take 8 on CUDA; settings that name a number win."""
     quick = Toolbox(workspace).judge_config(timed=True)
     assert quick.candidate_processes == 1 and quick.time
     assert quick.candidate_processes_for("cuda") == 1

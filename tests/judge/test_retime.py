@@ -238,11 +238,11 @@ def test_a_clock_patched_in_a_timing_process_is_caught_there(tmp_path: Path):
 
 
 def test_candidate_processes_default_by_device_and_in_episode():
-    """None: 4 on CUDA, 1 on CPU, 1 untimed; the agent's own calls take one process unless
+    """None: 8 on CUDA, 1 on CPU, 1 untimed; the agent's own calls take one process unless
     their settings name a number."""
     from cuda_agent.judge.config import in_episode
 
-    assert JudgeConfig().candidate_processes_for("cuda:0") == 4
+    assert JudgeConfig().candidate_processes_for("cuda:0") == 8
     assert JudgeConfig().candidate_processes_for("cpu") == 1
     assert JudgeConfig(time=False).candidate_processes_for("cuda") == 1
     assert JudgeConfig(candidate_processes=2).candidate_processes_for("cpu") == 2
