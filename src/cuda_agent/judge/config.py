@@ -61,7 +61,8 @@ History:
   left out of the pool; the agent's own verify and profile calls time it in one process
   (``in_episode``).
 - judge-v13: on CUDA the candidate is timed in 8 fresh processes by default (4 left a
-  50-90 us kernel's runtime spread over 5 judgements at 0.2-0.7% on an H100, 8 at 0.1%).
+  50-90 us kernel's runtime spread over 3-5 judgements at 0.2-0.7% on an H100, 8 at
+  0.1-0.3%).
 """
 
 
@@ -101,8 +102,8 @@ class JudgeConfig(BaseModel):
         "its clock cross-checked, its threads and streams watched the same way); the runtime "
         "is pooled like the baselines'. A process's median carries an offset of its own, so "
         "more processes narrow the runtime: KernelBench 1/12's runtime spread over 5 "
-        "judgements on an H100 was 0.03-0.68% with 4 split processes, 0.09% with 8 (docs/"
-        "benchmarks.md, 'Judge-v13'). None: 8 on CUDA, 1 on CPU. The agent's own verify "
+        "judgements on H100s was 0.03-0.68% with 4 split processes, 0.08-0.31% with 8 "
+        "(docs/benchmarks.md, 'Judge-v13'). None: 8 on CUDA, 1 on CPU. The agent's own verify "
         "and profile calls take 1 unless told otherwise (in_episode): each extra process adds "
         "0.4-0.6 s. Past "
         "256 MiB of timed outputs the extra processes are staged one at a time.")
