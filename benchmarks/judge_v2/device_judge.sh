@@ -40,11 +40,12 @@
 #   bash benchmarks/judge_v2/device_judge.sh v12 OUT_DIR   # (not with NO_TESTS=1: the GPU
 #        tests in TESTS, default CUDA hack, device timing and e2e), then judge latency for each
 #        problem:processes in LATENCY (default "40:1 12:1 40:0 12:0"; 1: the agent's verify and
-#        profile, 0: the default, 4 on CUDA; not with NO_LATENCY=1); the first judgement of a
+#        profile, 0: the default, 8 on CUDA; not with NO_LATENCY=1); the first judgement of a
 #        problem measures its baselines (about 85 s). Tests and latency together pass 600 s:
 #        run them as two calls (NO_LATENCY=1, then NO_TESTS=1)
 #   bash benchmarks/judge_v2/device_judge.sh v12-fidelity OUT_DIR   # fidelity of CANDIDATES
-#        (calibrated, 1/12, 1/40) with the judge's defaults, REPEATS judgements, FIDELITY_S;
+#        (calibrated, 1/12, 1/40) with the judge's defaults but baselines measured anew in
+#        every judgement, REPEATS judgements, FIDELITY_S;
 #        SET="KEY=VALUE ..." changes judge settings (e.g. cache_baselines=true, the judge's own
 #        default: the first judgement measures the baselines, the others reuse them), DELAY the
 #        calibrated candidate's delay (spin or stream)
@@ -316,7 +317,8 @@ v12)
   done
   ;;
 v12-fidelity)
-  echo "== fidelity with the judge's defaults"
+  echo "== fidelity with the judge's defaults (baselines not cached unless SET names" \
+    "cache_baselines=true)${SET:+; set: $SET}"
   timeout $((${FIDELITY_S:-500} + 30)) python3 benchmarks/judge_v2/judge_gpu.py --out "$OUT/fid" \
     --kernelbench "$KB" --parts fidelity --candidates "${CANDIDATES:-calibrated,1/12,1/40}" \
     --budget-s "${FIDELITY_S:-500}" --repeats "${REPEATS:-5}" ${SPIN:+--spin $SPIN} \

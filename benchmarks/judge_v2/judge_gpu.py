@@ -95,10 +95,6 @@ SEARCH_FROM = {"spin": 8192, "stream": 128}
 unit is about 0.27 MB, under 0.2% of the calibrated candidate's time)."""
 SEARCH_FLOOR = {"spin": 1024, "stream": 64}
 SEARCH_CAP = {"spin": MAX_SPIN, "stream": 1 << 18}
-
-def delay_mode() -> str:
-    """The calibrated candidate's delay (``CALIBRATED_DELAY``, set by ``--delay``)."""
-    return os.environ.get("CALIBRATED_DELAY", "spin") or "spin"
 LATENCY_TARGET_S = 3.0
 
 # (key, KernelBench level-1 problem id, candidate folder)
@@ -116,6 +112,11 @@ _EDITS = [0]
 
 class Stop(BaseException):
     """Raised by the SIGTERM/SIGINT handler: stop, write what there is."""
+
+
+def delay_mode() -> str:
+    """The calibrated candidate's delay (``CALIBRATED_DELAY``, set by ``--delay``)."""
+    return os.environ.get("CALIBRATED_DELAY", "spin") or "spin"
 
 
 def _on_signal(signum: int, _frame: Any) -> None:

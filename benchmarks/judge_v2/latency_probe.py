@@ -43,7 +43,7 @@ def main() -> int:
                         "while one runs (keep_warm off, Judge.warm() before each)")
     parser.add_argument("--candidate-processes", type=int, default=1,
                         help="JudgeConfig.candidate_processes (1: as the agent's own verify "
-                        "and profile calls; 0: the judge's default, 4 on CUDA)")
+                        "and profile calls; 0: the judge's default, candidate_processes_for)")
     parser.add_argument("--no-split-timing", action="store_true",
                         help="JudgeConfig.split_timing off: every candidate process times to "
                         "the full interval")
