@@ -45,7 +45,8 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
     if not result.flags:
         assert result.runtime_ms == result.timing.median_ms and result.timing.runs >= 10
     phases = dict(result.phases)
-    for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed"):
+    for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed",
+                 "collect_candidate2"):
         assert phases[name] > 0.0, (name, phases)
     assert "candidate2.forward" not in phases  # the extra process runs no trials
     assert phases["candidate2.crosscheck"] > 0.0  # every process's clock is cross-checked

@@ -102,7 +102,7 @@ class JudgeConfig(BaseModel):
         "its clock cross-checked, its threads and streams watched the same way); the runtime "
         "is pooled like the baselines'. A process's median carries an offset of its own, so "
         "more processes narrow the runtime: KernelBench 1/12's runtime spread over 5 "
-        "judgements on H100s was 0.03-0.68% with 4 split processes, 0.08-0.33% with 8 "
+        "judgements on H100s was 0.03-0.68% with 4 split processes, 0.08-0.41% with 8 "
         "(docs/benchmarks.md, 'Judge-v13'). None: 8 on CUDA, 1 on CPU. The agent's own verify "
         "and profile calls take 1 unless told otherwise (in_episode): each extra process adds "
         "0.4-0.6 s. Past "

@@ -98,8 +98,9 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
                                    + (f"; it left {leftover} process(es) running (killed)"
                                       if leftover else ""))
             return None
-        got, unreadable, leftover = plan.collect_and_close(done, worker, fields["pack"],
-                                                           with_trials=False)
+        with verdict.phase(f"collect_{role}"):  # its outputs read, then it is ended
+            got, unreadable, leftover = plan.collect_and_close(done, worker, fields["pack"],
+                                                               with_trials=False)
         if unreadable:
             verdict.reasons.append(f"candidate outputs unreadable (timing process {k}): "
                                    f"{unreadable}")
