@@ -66,6 +66,11 @@ import torch
 from cuda_agent.execution.sandbox_local import namespaces_work
 print("torch", torch.__version__, "cuda", torch.version.cuda, "| namespaces:", namespaces_work())
 EOF
+latency_phases() {  # IDS CANDIDATE_PROCESSES FILE: every phase to FILE, the main ones shown
+  timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" --ids "$1" \
+    --iters "${ITERS:-3}" --candidate-processes "$2" 2>&1 | grep -v Warning | tee -a "$3" \
+    | grep -E "iter|median|^   (build|candidate|candidate[0-9]|compare) "
+}
 case "$PART" in
 tests)
   echo "== GPU tests"
@@ -293,10 +298,7 @@ split)
   for cp in ${LATENCY_CPS:-${CP:-4}}; do
     echo "== split timing: judge latency of LATENCY_IDS (default 40) with $cp candidate processes" \
       | tee -a "$OUT/latency_split.txt"
-    timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" \
-      --ids "${LATENCY_IDS:-40}" --iters "${ITERS:-3}" --candidate-processes "$cp" \
-      2>&1 | grep -v Warning | tee -a "$OUT/latency_split.txt" \
-      | grep -E "iter|median|^   (build|candidate|candidate[0-9]|compare) "
+    latency_phases "${LATENCY_IDS:-40}" "$cp" "$OUT/latency_split.txt"
   done
   ;;
 v12)
@@ -310,10 +312,7 @@ v12)
   for run in ${LATENCY:-40:1 12:1 40:0 12:0}; do  # problem:candidate processes, 0: default
     echo "== latency of 1/${run%:*}, candidate_processes=${run#*:} (1: the agent's verify and" \
       "profile; 0: the default)" | tee -a "$OUT/latency.txt"
-    timeout 200 python3 benchmarks/judge_v2/latency_probe.py --kernelbench "$KB" \
-      --ids "${run%:*}" --iters "${ITERS:-3}" --candidate-processes "${run#*:}" 2>&1 \
-      | grep -v Warning | tee -a "$OUT/latency.txt" \
-      | grep -E "iter|median|^   (build|candidate|candidate[0-9]|compare) "
+    latency_phases "${run%:*}" "${run#*:}" "$OUT/latency.txt"
   done
   ;;
 v12-fidelity)

@@ -910,8 +910,12 @@ def kill_tree(pid: int) -> None:
 
 
 def cli_judge(task_ref: str, workspace: Path, timeout: float) -> dict[str, Any]:
+    from cuda_agent.judge.config import IN_EPISODE
+
+    episode = [arg for key, value in IN_EPISODE.items()  # as the agent's own calls
+               for arg in ("--set", f"{key}={json.dumps(value)}")]
     cmd = [sys.executable, "-m", "cuda_agent", "judge", task_ref, str(workspace), "--device",
-           DEVICE, "--json", "--set", "candidate_processes=1"]  # as the agent's own calls
+           DEVICE, "--json", *episode]
     env = {**os.environ, "PYTHONPATH": python_path(), "PYTHONUNBUFFERED": "1"}
     rec: dict[str, Any] = {"command": " ".join(cmd)}
     start = time.perf_counter()

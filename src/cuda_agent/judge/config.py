@@ -105,8 +105,8 @@ class JudgeConfig(BaseModel):
         "judgements on H100s was 0.03-0.68% with 4 split processes, 0.08-0.41% with 8 "
         "(docs/benchmarks.md, 'Judge-v13'). None: 8 on CUDA, 1 on CPU. The agent's own verify "
         "and profile calls take 1 unless told otherwise (in_episode): each extra process adds "
-        "0.4-0.6 s. Past "
-        "256 MiB of timed outputs the extra processes are staged one at a time.")
+        "0.4-0.6 s. Past 256 MiB of timed outputs the extra processes are staged one at a "
+        "time.")
     split_timing: bool = Field(
         True, description="With n > 1 candidate processes, spend the candidate's timing "
         "across them: each stops once its median's interval is target_rel_ci x sqrt(n) "
