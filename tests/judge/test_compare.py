@@ -88,3 +88,40 @@ def test_fast_and_masked_paths_agree():
     assert abs(fast.max_abs_error - masked.max_abs_error) < 1e-6
     assert fast.reasons and "elements outside" in fast.reasons[0]
     assert masked.reasons[0].split(" of ")[0] == fast.reasons[0].split(" of ")[0]
+
+
+def _cancelling_rows(seed: int) -> torch.Tensor:
+    """Rows of large terms that nearly cancel: small sums carrying their terms' rounding."""
+    g = torch.Generator().manual_seed(seed)
+    a = 30 * torch.randn(64, 4096, generator=g)
+    return torch.cat([a, -a[:, torch.randperm(4096, generator=g)]], 1) + torch.randn(
+        64, 8192, generator=g)
+
+
+def test_eager_slack_lets_another_summation_order_pass_where_terms_cancel():
+    from cuda_agent.judge.compare import PRECISION_FACTOR, eager_slack
+
+    x = _cancelling_rows(0)
+    ref, ref64 = x.sum(1), x.double().sum(1)
+    other = x.reshape(64, 64, 128).sum(2).sum(1)  # the same sums in another order
+    slack, timed = eager_slack([[ref]], [[ref64]], [1.0])
+    assert slack[0][0] == pytest.approx(PRECISION_FACTOR * float((ref - ref64).abs().max()))
+    assert timed == slack[0]
+    assert not compare_trials([[ref]], [[other]], norm_from=1).correct  # without: rejected
+    assert compare_trials([[ref]], [[other]], norm_from=1, slack=slack).correct
+    wrong = other.clone()
+    wrong[7] += 0.1  # a wrong element is still a wrong element
+    result = compare_trials([[ref]], [[wrong]], norm_from=1, slack=slack)
+    assert not result.correct and "eager's own error allowance" in result.reasons[0]
+
+
+def test_eager_slack_without_twins_and_for_timed_sets():
+    from cuda_agent.judge.compare import eager_slack
+
+    ref = torch.ones(3)
+    twin = ref.double() + torch.tensor([0.0, 1e-3, 0.0], dtype=torch.float64)
+    slack, timed = eager_slack([[ref], [ref], [ref]], [[twin], [twin]], [1.0, 4.0, 1.0])
+    assert slack[2] == [0.0]  # no twin: no slack
+    assert slack[1][0] > 0.0 and timed == slack[0]  # the timed sets take scale-1 trials'
+    assert eager_slack([[ref]], None, [1.0]) == ([[0.0]], [0.0])
+    assert eager_slack([[torch.arange(3)]], [[torch.arange(3)]], [4.0]) == ([[0.0]], [])

@@ -8,6 +8,7 @@ from typing import Any
 from cuda_agent.judge import baselines as baseline_cache
 from cuda_agent.judge import device_pack
 from cuda_agent.judge.budget import OutputPlan
+from cuda_agent.judge.compare import eager_slack
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.transport import TransportError, open_pack, pack_kind, unpack
@@ -112,16 +113,21 @@ class JudgePlan:
                                  worker.pack_fd, worker.device_pack)
 
     def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
+        """The reference's trial outputs, their float64 twins, the timed sets' outputs, and
+        the element-wise slack of each (``compare.eager_slack``)."""
         if not self.cfg.check:
-            return {"out": [], "out64": None, "timed": []}
+            return {"out": [], "out64": None, "timed": [], "slack": [], "timed_slack": []}
         try:
             record, buffer = self._tensors(outcome, worker)
             wide = record.get("out64")
-            return {"out": [unpack(buffer, d) for d in record["trials"]],
-                    "out64": [unpack(buffer, d) for d in wide] if wide else None,
-                    "timed": [unpack(buffer, d) for d in record["timed"]]}
+            out = [unpack(buffer, d) for d in record["trials"]]
+            out64 = [unpack(buffer, d) for d in wide] if wide else None
+            timed = [unpack(buffer, d) for d in record["timed"]]
         except (TransportError, KeyError) as exc:
             raise JudgeError(f"reference outputs unreadable: {exc}") from None
+        slack, timed_slack = eager_slack(out, out64, [scale for _, scale in self.trials])
+        return {"out": out, "out64": out64, "timed": timed, "slack": slack,
+                "timed_slack": timed_slack}
 
     def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str,
                           with_trials: bool = True

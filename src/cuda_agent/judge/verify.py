@@ -37,7 +37,8 @@ def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[lis
         rtol = PRECISION_TOLERANCE[precision][1] if rtol is None else rtol
     wide = reference["out64"]
     n = len(wide) if wide is not None else 0  # float64 twins of the first n trials
-    verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol, norm_from=n)
+    verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol, norm_from=n,
+                                         slack=reference["slack"])
     budget_problems: list[str] = []
     if wide is not None and _same_shapes(reference["out"][:n], outputs[:n]):
         budget_problems, _, _ = precision_budget(reference["out"][:n], wide, outputs[:n],
@@ -64,7 +65,8 @@ def check_run(verdict: Verdict, run: Timed, base: Baselines, reference: dict[str
     False after failing the verdict."""
     for record in run.outputs:
         expected = reference["timed"][record["variant"]]
-        check = compare_trials([expected], [record["out"]], cfg.atol, cfg.rtol)
+        check = compare_trials([expected], [record["out"]], cfg.atol, cfg.rtol,
+                               slack=[reference["timed_slack"]])
         if not check.correct:
             verdict.correct = False
             verdict.reasons.append("timed output differs from the reference for its "
