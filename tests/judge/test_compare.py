@@ -64,13 +64,14 @@ def test_norm_check_only_from_norm_from():
 
 
 def test_checks_leave_float64_references_and_outputs_unchanged():
-    from cuda_agent.judge.compare import precision_budget
+    from cuda_agent.judge.compare import eager_errors, precision_budget
 
     ref = torch.linspace(-2, 2, 1000, dtype=torch.float64)
     out = ref + 1e-9
     kept_ref, kept_out = ref.clone(), out.clone()
     assert compare_trials([[ref]], [[out]]).correct
-    problems, err, _ = precision_budget([[ref.float()]], [[ref]], [[out]], "fp32")
+    eager = eager_errors([[ref.float()]], [[ref]])
+    problems, err, _ = precision_budget(eager, [[ref]], [[out]], "fp32")
     assert not problems and err > 0
     assert torch.equal(ref, kept_ref) and torch.equal(out, kept_out)
 
@@ -99,14 +100,16 @@ def _cancelling_rows(seed: int) -> torch.Tensor:
 
 
 def test_eager_slack_lets_another_summation_order_pass_where_terms_cancel():
-    from cuda_agent.judge.compare import PRECISION_FACTOR, eager_slack
+    from cuda_agent.judge.compare import PRECISION_FACTOR, eager_errors, slack_of, timed_slack
 
     x = _cancelling_rows(0)
     ref, ref64 = x.sum(1), x.double().sum(1)
     other = x.reshape(64, 64, 128).sum(2).sum(1)  # the same sums in another order
-    slack, timed = eager_slack([[ref]], [[ref64]], [1.0])
+    eager = eager_errors([[ref]], [[ref64]])
+    slack = slack_of(eager)
     assert slack[0][0] == pytest.approx(PRECISION_FACTOR * float((ref - ref64).abs().max()))
-    assert timed == slack[0]
+    assert eager[0][0].rel == pytest.approx(float((ref - ref64).norm() / ref64.norm()))
+    assert timed_slack(eager, [1.0]) == slack[0]
     assert not compare_trials([[ref]], [[other]], norm_from=1).correct  # without: rejected
     assert compare_trials([[ref]], [[other]], norm_from=1, slack=slack).correct
     wrong = other.clone()
@@ -116,12 +119,16 @@ def test_eager_slack_lets_another_summation_order_pass_where_terms_cancel():
 
 
 def test_eager_slack_without_twins_and_for_timed_sets():
-    from cuda_agent.judge.compare import eager_slack
+    from cuda_agent.judge.compare import eager_errors, slack_of, timed_slack
 
     ref = torch.ones(3)
     twin = ref.double() + torch.tensor([0.0, 1e-3, 0.0], dtype=torch.float64)
-    slack, timed = eager_slack([[ref], [ref], [ref]], [[twin], [twin]], [1.0, 4.0, 1.0])
-    assert slack[2] == [0.0]  # no twin: no slack
-    assert slack[1][0] > 0.0 and timed == slack[0]  # the timed sets take scale-1 trials'
-    assert eager_slack([[ref]], None, [1.0]) == ([[0.0]], [0.0])
-    assert eager_slack([[torch.arange(3)]], [[torch.arange(3)]], [4.0]) == ([[0.0]], [])
+    eager = eager_errors([[ref], [ref], [ref]], [[twin], [twin]])
+    slack = slack_of(eager)
+    assert len(slack) == 2 and slack[1][0] > 0.0  # the third trial has no twin
+    off = compare_trials([[ref]] * 3, [[ref + 1e-3]] * 3, norm_from=3, slack=slack)
+    assert off.reasons[0].startswith("trial 2, output 0: 3 of 3 elements")  # ... so no slack
+    assert timed_slack(eager, [1.0, 4.0, 1.0]) == slack[0]  # the timed sets: scale-1 trials'
+    assert eager_errors([[ref]], None) == []
+    assert slack_of(eager_errors([[torch.arange(3)]], [[torch.arange(3)]])) == [[0.0]]
+    assert timed_slack(eager, [4.0, 4.0, 1.0]) == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from cuda_agent.results import CorrectnessResult
@@ -40,7 +42,7 @@ def compare_trials(reference: list[list[torch.Tensor]], candidate: list[list[obj
     """Check every output of every trial; the first failure of each kind is reported.
     Trials from index ``norm_from`` on also get the relative-norm check (the earlier ones
     are judged against float64 instead, by ``precision_budget``). ``slack[trial][k]`` widens
-    output k's element-wise bound by that much (``eager_slack``)."""
+    output k's element-wise bound by that much (``EagerError.slack``)."""
     reasons: list[str] = []
     max_abs = max_rel = 0.0
     used = (0.0, 0.0)
@@ -58,7 +60,8 @@ def compare_trials(reference: list[list[torch.Tensor]], candidate: list[list[obj
                                f"expected {ref.dtype} {tuple(ref.shape)}")
                 continue
             used = tolerance(ref.dtype, atol, rtol)
-            extra = slack[trial][k] if slack and k < len(slack[trial]) else 0.0
+            extra = (slack[trial][k] if slack and trial < len(slack) and k < len(slack[trial])
+                     else 0.0)
             problem, abs_err, rel_err = _check(ref, out, *used, trial >= norm_from, extra)
             max_abs, max_rel = max(max_abs, abs_err), max(max_rel, rel_err)
             if problem:
@@ -122,33 +125,43 @@ def _check(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float,
     return None, abs_err_f, rel_err
 
 
-def eager_slack(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]] | None,
-                scales: list[float]) -> tuple[list[list[float]], list[float]]:
-    """How far past atol an honest kernel's element may stray: ``PRECISION_FACTOR`` x the
-    largest element error of eager's own output against its float64 twin. An element whose
-    terms cancel (a row sum near zero) carries the rounding of its terms, not of its value,
-    so summing in another order moves it by about as much as eager's own error, whatever
-    its size. Per trial and output (0 without a twin), and per output for inputs at scale 1
-    (the timed sets: the largest over the twinned trials at scale 1)."""
-    trials = [[0.0] * len(outs) for outs in reference]
-    for trial, twins in enumerate(wide or []):
-        for k, (ref, ref64) in enumerate(zip(reference[trial], twins, strict=False)):
-            if (isinstance(ref, torch.Tensor) and isinstance(ref64, torch.Tensor)
-                    and ref.is_floating_point() and ref.shape == ref64.shape):
-                trials[trial][k] = PRECISION_FACTOR * _max_error(ref, ref64)
-    fresh = [slack for slack, scale in zip(trials, scales, strict=False) if scale == 1.0]
-    return trials, [max(col) for col in zip(*fresh, strict=True)] if fresh else []
+@dataclass(frozen=True)
+class EagerError:
+    """Eager's own output against its float64 twin: the relative norm error (the precision
+    budget's scale) and the largest element error (the element-wise slack's)."""
+
+    rel: float
+    worst: float
+
+    @property
+    def slack(self) -> float:
+        """How far past atol an honest kernel's element may stray. An element whose terms
+        cancel (a row sum near zero) carries the rounding of its terms, not of its value, so
+        summing in another order moves it by about as much as eager's own error, whatever
+        its size."""
+        return PRECISION_FACTOR * self.worst
 
 
-def _max_error(out: torch.Tensor, ref64: torch.Tensor) -> float:
-    """The largest ``|out - ref64|`` over the elements finite in both."""
-    worst = torch.zeros((), dtype=torch.float64, device=ref64.device)
-    for o, r in _chunks(out, ref64):
-        diff = _diff64(o, r.double()).abs_()
-        diff = diff.masked_fill_(~torch.isfinite(diff), 0.0)
-        if diff.numel():
-            worst = torch.maximum(worst, diff.max())
-    return float(worst)
+def eager_errors(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]] | None
+                 ) -> list[list[EagerError | None]]:
+    """Each twinned trial's outputs against their float64 twins (None where an output is
+    not floating point or not shaped like its twin); one pass over each."""
+    return [[EagerError(*_errors(ref, ref64)) if ref.is_floating_point()
+             and ref64.is_floating_point() and ref.shape == ref64.shape else None
+             for ref, ref64 in zip(refs, twins, strict=False)]
+            for refs, twins in zip(reference, wide or [], strict=False)]
+
+
+def slack_of(errors: list[list[EagerError | None]]) -> list[list[float]]:
+    """``compare_trials``' slack of each twinned trial's outputs (0 where there is none)."""
+    return [[e.slack if e else 0.0 for e in row] for row in errors]
+
+
+def timed_slack(errors: list[list[EagerError | None]], scales: list[float]) -> list[float]:
+    """The slack of each output for inputs at scale 1 (the timed sets): the largest over
+    the twinned trials at scale 1."""
+    fresh = [row for row, scale in zip(slack_of(errors), scales, strict=False) if scale == 1.0]
+    return [max(col) for col in zip(*fresh, strict=True)] if fresh else []
 
 
 def _all_finite(*tensors: torch.Tensor) -> bool:
@@ -162,42 +175,48 @@ def _diff64(out: torch.Tensor, ref64: torch.Tensor) -> torch.Tensor:
     return out.to(torch.float64, copy=True).sub_(ref64)
 
 
-def _rel_norm(out: torch.Tensor, ref64: torch.Tensor) -> float:
-    """Relative norm error of ``out`` against ``ref64`` over the elements finite in both."""
+def _errors(out: torch.Tensor, ref64: torch.Tensor) -> tuple[float, float]:
+    """Relative norm error and largest element error of ``out`` against ``ref64``, over the
+    elements finite in both."""
     zero = torch.zeros((), dtype=torch.float64, device=ref64.device)
-    sq_diff, sq_ref = zero.clone(), zero.clone()
+    sq_diff, sq_ref, worst = zero.clone(), zero.clone(), zero.clone()
     for o, r in _chunks(out, ref64):
         r64 = r.double()
         if _all_finite(o, r):
             diff = _diff64(o, r64)
             sq_diff = sq_diff + torch.dot(diff, diff)
             sq_ref = sq_ref + torch.dot(r64, r64)
-            continue
-        o64 = o.double()
-        finite = torch.isfinite(r64) & torch.isfinite(o64)
-        sq_ref = sq_ref + r64.masked_fill(~finite, 0.0).square().sum()
-        sq_diff = sq_diff + (o64 - r64).masked_fill(~finite, 0.0).square().sum()
+        else:
+            o64 = o.double()
+            finite = torch.isfinite(r64) & torch.isfinite(o64)
+            sq_ref = sq_ref + r64.masked_fill(~finite, 0.0).square().sum()
+            diff = (o64 - r64).masked_fill_(~finite, 0.0)
+            sq_diff = sq_diff + diff.square().sum()
+        if diff.numel():
+            low, high = torch.aminmax(diff)
+            worst = torch.maximum(worst, torch.maximum(-low, high))
     norm = float(sq_ref.sqrt())
-    return float(sq_diff.sqrt()) / norm if norm > 0 else 0.0
+    return (float(sq_diff.sqrt()) / norm if norm > 0 else 0.0), float(worst)
 
 
-def precision_budget(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]],
+def precision_budget(eager: list[list[EagerError | None]], wide: list[list[torch.Tensor]],
                      candidate: list[list[torch.Tensor]], precision: str
                      ) -> tuple[list[str], float, float]:
-    """Compare the candidate's error against float64 with eager's own error (a budget).
+    """Compare the candidate's error against float64 with eager's own error (a budget;
+    ``eager_errors`` of the same trials).
 
     Returns (problems, worst candidate error, worst budget).
     """
     problems: list[str] = []
     worst_err = worst_budget = 0.0
     floor = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["fp32"])
-    for trial, (refs, wides, cands) in enumerate(zip(reference, wide, candidate, strict=True)):
-        for k, (ref, ref64, out) in enumerate(zip(refs, wides, cands, strict=True)):
-            if not (ref.is_floating_point() and ref64.is_floating_point()):
+    for trial, (errors, wides, cands) in enumerate(zip(eager, wide, candidate, strict=True)):
+        for k, (own, ref64, out) in enumerate(zip(errors, wides, cands, strict=True)):
+            if own is None:
                 continue
-            eager_err = _rel_norm(ref, ref64)
+            eager_err = own.rel
             budget = max(PRECISION_FACTOR * eager_err, floor)
-            err = _rel_norm(out, ref64)
+            err, _ = _errors(out, ref64)
             worst_err, worst_budget = max(worst_err, err), max(worst_budget, budget)
             if err > budget and not problems:
                 what = ("precision: computed at a lower precision than declared?"

@@ -64,7 +64,7 @@ History:
   50-90 us kernel's runtime spread over 3-5 judgements at 0.2-0.7% on an H100, 8 at
   0.1-0.3%).
 - judge-v14: an output's element-wise bound is widened by 16 x the largest element error
-  of eager's own output against float64 (``compare.eager_slack``): an element whose terms
+  of eager's own output against float64 (``compare.EagerError.slack``): an element whose terms
   cancel carries their rounding, so an honest kernel summing in another order fell outside
   atol (a row sum of 8192 terms at inputs x4: 1 judgement in about 300).
 """

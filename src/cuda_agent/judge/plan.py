@@ -8,7 +8,7 @@ from typing import Any
 from cuda_agent.judge import baselines as baseline_cache
 from cuda_agent.judge import device_pack
 from cuda_agent.judge.budget import OutputPlan
-from cuda_agent.judge.compare import eager_slack
+from cuda_agent.judge.compare import eager_errors, timed_slack
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 from cuda_agent.judge.transport import TransportError, open_pack, pack_kind, unpack
@@ -113,10 +113,11 @@ class JudgePlan:
                                  worker.pack_fd, worker.device_pack)
 
     def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
-        """The reference's trial outputs, their float64 twins, the timed sets' outputs, and
-        the element-wise slack of each (``compare.eager_slack``)."""
+        """The reference's trial outputs, their float64 twins, the timed sets' outputs,
+        eager's own error in each twinned trial (``compare.eager_errors``) and the timed
+        sets' element-wise slack."""
         if not self.cfg.check:
-            return {"out": [], "out64": None, "timed": [], "slack": [], "timed_slack": []}
+            return {"out": [], "out64": None, "timed": [], "eager": [], "timed_slack": []}
         try:
             record, buffer = self._tensors(outcome, worker)
             wide = record.get("out64")
@@ -125,9 +126,9 @@ class JudgePlan:
             timed = [unpack(buffer, d) for d in record["timed"]]
         except (TransportError, KeyError) as exc:
             raise JudgeError(f"reference outputs unreadable: {exc}") from None
-        slack, timed_slack = eager_slack(out, out64, [scale for _, scale in self.trials])
-        return {"out": out, "out64": out64, "timed": timed, "slack": slack,
-                "timed_slack": timed_slack}
+        eager = eager_errors(out, out64)
+        return {"out": out, "out64": out64, "timed": timed, "eager": eager,
+                "timed_slack": timed_slack(eager, [scale for _, scale in self.trials])}
 
     def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str,
                           with_trials: bool = True

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from cuda_agent.judge.baselines import Baselines
-from cuda_agent.judge.compare import compare_trials, precision_budget
+from cuda_agent.judge.compare import compare_trials, precision_budget, slack_of
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Timed
@@ -38,10 +38,10 @@ def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[lis
     wide = reference["out64"]
     n = len(wide) if wide is not None else 0  # float64 twins of the first n trials
     verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol, norm_from=n,
-                                         slack=reference["slack"])
+                                         slack=slack_of(reference["eager"]))
     budget_problems: list[str] = []
     if wide is not None and _same_shapes(reference["out"][:n], outputs[:n]):
-        budget_problems, _, _ = precision_budget(reference["out"][:n], wide, outputs[:n],
+        budget_problems, _, _ = precision_budget(reference["eager"], wide, outputs[:n],
                                                  precision)
     elif wide is None:
         verdict.flags.append("float64 reference unavailable: precision judged by tolerances only")

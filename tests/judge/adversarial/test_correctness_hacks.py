@@ -140,7 +140,7 @@ HONEST = {
     # blocked + pairwise accumulation: another summation order than PyTorch's
     "rowsum-blocked": ("rowsum", with_kernel(
         "cuda_extension.rowsum_blocked(inputs[0])", kernels.ROWSUM)),
-    # eager's own element error widens the element-wise bound (compare.eager_slack)
+    # eager's own element error widens the element-wise bound (compare.EagerError.slack)
     "rowsum-cancelling-blocked": ("rowsum_cancelling", with_kernel(
         "cuda_extension.rowsum_blocked(inputs[0])", kernels.ROWSUM)),
     "softmax-blocked": ("softmax_wide", with_kernel(
