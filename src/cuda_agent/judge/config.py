@@ -66,7 +66,9 @@ History:
 - judge-v14: an output's element-wise bound is widened by 16 x the largest element error
   of eager's own output against float64 (``compare.EagerError.slack``): an element whose terms
   cancel carries their rounding, so an honest kernel summing in another order fell outside
-  atol (a row sum of 8192 terms at inputs x4: 1 judgement in about 300).
+  atol (a row sum of 8192 terms at inputs x4: 1 judgement in about 300); the timed outputs'
+  re-check takes a declared precision's tolerances, as the trials do (it held an honest
+  bf16 or tf32 kernel to fp32's).
 """
 
 

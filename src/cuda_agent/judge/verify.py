@@ -31,10 +31,7 @@ def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[lis
     against float64 within a multiple of eager's own); without one it is the relative-norm
     error against the reference under ``rtol``.
     """
-    atol, rtol = cfg.atol, cfg.rtol
-    if precision in PRECISION_TOLERANCE:
-        atol = PRECISION_TOLERANCE[precision][0] if atol is None else atol
-        rtol = PRECISION_TOLERANCE[precision][1] if rtol is None else rtol
+    atol, rtol = _tolerances(precision, cfg)
     wide = reference["out64"]
     n = len(wide) if wide is not None else 0  # float64 twins of the first n trials
     verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol, norm_from=n,
@@ -53,6 +50,16 @@ def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[lis
     return False
 
 
+def _tolerances(precision: str, cfg: JudgeConfig) -> tuple[float | None, float | None]:
+    """``cfg``'s atol and rtol, or the declared precision's where ``cfg`` leaves them open
+    (None: the output dtype's own, ``compare.TOLERANCES``)."""
+    atol, rtol = cfg.atol, cfg.rtol
+    if precision in PRECISION_TOLERANCE:
+        atol = PRECISION_TOLERANCE[precision][0] if atol is None else atol
+        rtol = PRECISION_TOLERANCE[precision][1] if rtol is None else rtol
+    return atol, rtol
+
+
 def _same_shapes(reference: list[list[Any]], outputs: list[list[Any]]) -> bool:
     return all(len(r) == len(o) and all(type(b) is torch.Tensor and a.shape == b.shape
                                         for a, b in zip(r, o, strict=True))
@@ -63,9 +70,10 @@ def check_run(verdict: Verdict, run: Timed, base: Baselines, reference: dict[str
               cfg: JudgeConfig) -> bool:
     """Re-check one process's timed outputs, its calls' joins and its time's meaning;
     False after failing the verdict."""
+    atol, rtol = _tolerances(verdict.task.precision.value, cfg)  # as the trials' check
     for record in run.outputs:
         expected = reference["timed"][record["variant"]]
-        check = compare_trials([expected], [record["out"]], cfg.atol, cfg.rtol,
+        check = compare_trials([expected], [record["out"]], atol, rtol,
                                slack=[reference["timed_slack"]])
         if not check.correct:
             verdict.correct = False

@@ -60,6 +60,7 @@ TASKS = {
     # every output is below 1e-4: all-zero output is within a 1e-4 absolute tolerance
     "softmax_wide": make_task("x", "torch.softmax(x, dim=1)", "[torch.randn(1, 1_000_000)]"),
     "rowsum": make_task("x", "torch.sum(x, dim=1)", "[torch.randn(64, 8192)]"),
+    "scale3": make_task("x", "x * 3.0", "[torch.randn(4096)]"),
     # rows of large terms that nearly cancel: each sum is small, its rounding that of the
     # terms, so any other summation order lands outside atol=1e-4 of eager's fp32 result
     "rowsum_cancelling": make_task(

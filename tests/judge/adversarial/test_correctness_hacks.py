@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from cuda_agent.tasks import load_task
+from cuda_agent.tasks.task import Precision
 from tests.judge.adversarial import kernels
 from tests.judge.adversarial.helpers import (
     Hack,
@@ -158,3 +160,14 @@ def test_honest_kernel_with_other_summation_order_passes(tmp_path: Path, name: s
     result = judge(task, candidate)
     assert result.correct and result.reward >= 1, said(result)
     assert not any("precision" in r for r in result.reasons), said(result)
+
+
+def test_honest_kernel_at_a_declared_precision_passes_its_timed_recheck(tmp_path: Path):
+    """A declared bf16 allows bf16 arithmetic: the trials and the timed outputs' re-check
+    both take bf16's tolerance (the re-check held it to fp32's before judge-v14)."""
+    path, candidate = write_task(tmp_path, "scale3"), with_kernel(
+        "cuda_extension.scale_bf16(inputs[0], 3.0)", kernels.SCALE_BF16)(tmp_path / "c")
+    assert not judge(path, candidate).correct  # at the task's own fp32: too coarse
+    result = judge(load_task(path, precision=Precision.BF16), candidate)
+    assert result.correct and result.reward >= 1, said(result)
+    assert result.timing is not None  # timed, so the timed outputs were re-checked
