@@ -107,12 +107,13 @@ class JudgeConfig(BaseModel):
         "first verifies and times, each other one times again (its timed outputs re-checked, "
         "its clock cross-checked, its threads and streams watched the same way); the runtime "
         "is pooled like the baselines'. A process's median carries an offset of its own, so "
-        "more processes narrow the runtime: KernelBench 1/12's runtime spread over 5 "
-        "judgements on H100s was 0.03-0.68% with 4 split processes, 0.08-0.41% with 8 "
-        "(docs/benchmarks.md, 'Judge-v13'). None: 8 on CUDA, 1 on CPU. The agent's own verify "
-        "and profile calls take 1 unless told otherwise (in_episode): each extra process adds "
-        "0.4-0.6 s. Past 256 MiB of timed outputs the extra processes are staged one at a "
-        "time.")
+        "more processes narrow the runtime: its spread over 3-5 judgements on H100s "
+        "(KernelBench 1/12 and 1/40, a calibrated spin kernel) was 0.03-0.68% with 4 "
+        "split processes, 0.08-0.49% with 8 "
+        "(docs/benchmarks.md, 'Judge-v13', 'Judge-v14 on the GPU'). None: 8 on CUDA, 1 "
+        "on CPU. The agent's own verify and profile calls take 1 unless told otherwise "
+        "(in_episode): each extra process adds 0.4-0.6 s. Past 256 MiB of timed outputs "
+        "the extra processes are staged one at a time.")
     split_timing: bool = Field(
         True, description="With n > 1 candidate processes, spend the candidate's timing "
         "across them: each stops once its median's interval is target_rel_ci x sqrt(n) "
