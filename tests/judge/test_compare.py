@@ -106,16 +106,16 @@ def test_eager_slack_lets_another_summation_order_pass_where_terms_cancel():
     ref, ref64 = x.sum(1), x.double().sum(1)
     other = x.reshape(64, 64, 128).sum(2).sum(1)  # the same sums in another order
     eager = eager_errors([[ref]], [[ref64]])
-    slack = slack_of(eager)
+    slack = slack_of(eager, "fp32")
     assert slack[0][0] == pytest.approx(PRECISION_FACTOR * float((ref - ref64).abs().max()))
     assert eager[0][0].rel == pytest.approx(float((ref - ref64).norm() / ref64.norm()))
-    assert timed_slack(eager, [1.0]) == slack[0]
+    assert timed_slack(eager, [1.0], "fp32") == slack[0]
     assert not compare_trials([[ref]], [[other]], norm_from=1).correct  # without: rejected
     assert compare_trials([[ref]], [[other]], norm_from=1, slack=slack).correct
     wrong = other.clone()
     wrong[7] += 0.1  # a wrong element is still a wrong element
     result = compare_trials([[ref]], [[wrong]], norm_from=1, slack=slack)
-    assert not result.correct and "eager's own error allowance" in result.reasons[0]
+    assert not result.correct and "rounding allowance" in result.reasons[0]
 
 
 def test_eager_slack_without_twins_and_for_timed_sets():
@@ -124,11 +124,36 @@ def test_eager_slack_without_twins_and_for_timed_sets():
     ref = torch.ones(3)
     twin = ref.double() + torch.tensor([0.0, 1e-3, 0.0], dtype=torch.float64)
     eager = eager_errors([[ref], [ref], [ref]], [[twin], [twin]])
-    slack = slack_of(eager)
+    slack = slack_of(eager, "fp32")
     assert len(slack) == 2 and slack[1][0] > 0.0  # the third trial has no twin
     off = compare_trials([[ref]] * 3, [[ref + 1e-3]] * 3, norm_from=3, slack=slack)
     assert off.reasons[0].startswith("trial 2, output 0: 3 of 3 elements")  # ... so no slack
-    assert timed_slack(eager, [1.0, 4.0, 1.0]) == slack[0]  # the timed sets: scale-1 trials'
+    assert timed_slack(eager, [1.0, 4.0, 1.0], "fp32") == slack[0]  # scale-1 trials'
     assert eager_errors([[ref]], None) == []
-    assert slack_of(eager_errors([[torch.arange(3)]], [[torch.arange(3)]])) == [[0.0]]
-    assert timed_slack(eager, [4.0, 4.0, 1.0]) == []
+    assert slack_of(eager_errors([[torch.arange(3)]], [[torch.arange(3)]]), "fp32") == [[0.0]]
+    assert timed_slack(eager, [4.0, 4.0, 1.0], "fp32") == []
+
+
+def test_slack_at_a_declared_precision_covers_terms_rounded_to_it():
+    """Autocast sums in fp32, so eager's own error says nothing of a bf16 candidate's:
+    the slack's floor is the precision budget's floor times the output's root mean square."""
+    from cuda_agent.judge.compare import PRECISION_FLOOR, eager_errors, slack_of
+
+    x = torch.randn(64, 8192, generator=torch.Generator().manual_seed(3))
+    ref, ref64 = x.sum(1), x.double().sum(1)
+    eager = eager_errors([[ref]], [[ref64]])
+    rms = float(ref64.square().mean().sqrt())
+    assert eager[0][0].rms == pytest.approx(rms)
+    assert slack_of(eager, "bf16")[0][0] == pytest.approx(PRECISION_FLOOR["bf16"] * rms)
+    assert slack_of(eager, "fp32")[0][0] < 1e-3 < slack_of(eager, "bf16")[0][0]
+    terms = x.bfloat16().float().reshape(64, 64, 128).sum(2).sum(1)  # another order, too
+    worst = float((terms.double() - ref64).abs().max())
+    assert worst > 5e-2  # rows near zero: outside bf16's atol on their own
+    assert compare_trials([[ref]], [[terms]], 5e-2, 5e-2, norm_from=1,
+                          slack=slack_of(eager, "bf16")).correct
+    wrong = terms.clone()
+    wrong[int(ref.abs().argmin())] += 4.0  # a wrong row sum is still wrong
+    assert not compare_trials([[ref]], [[wrong]], 5e-2, 5e-2, norm_from=1,
+                              slack=slack_of(eager, "bf16")).correct
+    nan = torch.tensor([1.0, float("nan"), 3.0])  # the mean square over finite elements
+    assert eager_errors([[nan]], [[nan.double()]])[0][0].rms == pytest.approx(5.0 ** 0.5)

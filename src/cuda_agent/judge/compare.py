@@ -117,7 +117,7 @@ def _check(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float,
     abs_err_f, norm = float(abs_err), float(sq_ref.sqrt())
     rel_err = float(sq_diff.sqrt()) / norm if norm > 0 else abs_err_f
     if float(bad):
-        widened = f" + eager's own error allowance {slack:.3g}" if slack else ""
+        widened = f" + rounding allowance {slack:.3g}" if slack else ""
         return (f"{int(bad)} of {ref.numel()} elements outside atol={atol:g}{widened}, "
                 f"rtol={rtol:g} (max abs error {abs_err_f:.3g})"), abs_err_f, rel_err
     if norm_check and norm > 0 and rel_err > max(rtol, 1e-7):
@@ -128,18 +128,24 @@ def _check(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float,
 @dataclass(frozen=True)
 class EagerError:
     """Eager's own output against its float64 twin: the relative norm error (the precision
-    budget's scale) and the largest element error (the element-wise slack's)."""
+    budget's scale), the largest element error and the twin's root mean square (the
+    element-wise slack's)."""
 
     rel: float
     worst: float
+    rms: float = 0.0
 
-    @property
-    def slack(self) -> float:
-        """How far past atol an honest kernel's element may stray. An element whose terms
-        cancel (a row sum near zero) carries the rounding of its terms, not of its value, so
-        summing in another order moves it by about as much as eager's own error, whatever
-        its size."""
-        return PRECISION_FACTOR * self.worst
+    def slack(self, precision: str) -> float:
+        """How far past atol an honest kernel's element may stray at ``precision``.
+
+        An element whose terms cancel (a row sum near zero) carries the rounding of its
+        terms, not of its value: summing in another order moves it by about as much as
+        eager's own error (16 x its largest), and summing terms rounded to a declared
+        precision that eager kept in fp32 (autocast sums in fp32) by about that precision's
+        relative error times the terms' size, which the precision budget's floor times the
+        output's root mean square bounds: an error spread evenly at the floor passes."""
+        floor = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["fp32"])
+        return max(PRECISION_FACTOR * self.worst, floor * self.rms)
 
 
 def eager_errors(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]] | None
@@ -152,15 +158,17 @@ def eager_errors(reference: list[list[torch.Tensor]], wide: list[list[torch.Tens
             for refs, twins in zip(reference, wide or [], strict=False)]
 
 
-def slack_of(errors: list[list[EagerError | None]]) -> list[list[float]]:
+def slack_of(errors: list[list[EagerError | None]], precision: str) -> list[list[float]]:
     """``compare_trials``' slack of each twinned trial's outputs (0 where there is none)."""
-    return [[e.slack if e else 0.0 for e in row] for row in errors]
+    return [[e.slack(precision) if e else 0.0 for e in row] for row in errors]
 
 
-def timed_slack(errors: list[list[EagerError | None]], scales: list[float]) -> list[float]:
+def timed_slack(errors: list[list[EagerError | None]], scales: list[float], precision: str
+                ) -> list[float]:
     """The slack of each output for inputs at scale 1 (the timed sets): the largest over
     the twinned trials at scale 1."""
-    fresh = [row for row, scale in zip(slack_of(errors), scales, strict=False) if scale == 1.0]
+    fresh = [row for row, scale in zip(slack_of(errors, precision), scales, strict=False)
+             if scale == 1.0]
     return [max(col) for col in zip(*fresh, strict=True)] if fresh else []
 
 
@@ -175,28 +183,31 @@ def _diff64(out: torch.Tensor, ref64: torch.Tensor) -> torch.Tensor:
     return out.to(torch.float64, copy=True).sub_(ref64)
 
 
-def _errors(out: torch.Tensor, ref64: torch.Tensor) -> tuple[float, float]:
-    """Relative norm error and largest element error of ``out`` against ``ref64``, over the
-    elements finite in both."""
+def _errors(out: torch.Tensor, ref64: torch.Tensor) -> tuple[float, float, float]:
+    """Relative norm error and largest element error of ``out`` against ``ref64``, and
+    ``ref64``'s root mean square, over the elements finite in both."""
     zero = torch.zeros((), dtype=torch.float64, device=ref64.device)
-    sq_diff, sq_ref, worst = zero.clone(), zero.clone(), zero.clone()
+    sq_diff, sq_ref, worst, count = zero.clone(), zero.clone(), zero.clone(), zero.clone()
     for o, r in _chunks(out, ref64):
         r64 = r.double()
         if _all_finite(o, r):
             diff = _diff64(o, r64)
             sq_diff = sq_diff + torch.dot(diff, diff)
             sq_ref = sq_ref + torch.dot(r64, r64)
+            count = count + r64.numel()
         else:
             o64 = o.double()
             finite = torch.isfinite(r64) & torch.isfinite(o64)
             sq_ref = sq_ref + r64.masked_fill(~finite, 0.0).square().sum()
             diff = (o64 - r64).masked_fill_(~finite, 0.0)
             sq_diff = sq_diff + diff.square().sum()
+            count = count + finite.sum()
         if diff.numel():
             low, high = torch.aminmax(diff)
             worst = torch.maximum(worst, torch.maximum(-low, high))
-    norm = float(sq_ref.sqrt())
-    return (float(sq_diff.sqrt()) / norm if norm > 0 else 0.0), float(worst)
+    norm, n = float(sq_ref.sqrt()), float(count)
+    return ((float(sq_diff.sqrt()) / norm if norm > 0 else 0.0), float(worst),
+            (norm / n ** 0.5 if n > 0 else 0.0))
 
 
 def precision_budget(eager: list[list[EagerError | None]], wide: list[list[torch.Tensor]],
@@ -216,7 +227,7 @@ def precision_budget(eager: list[list[EagerError | None]], wide: list[list[torch
                 continue
             eager_err = own.rel
             budget = max(PRECISION_FACTOR * eager_err, floor)
-            err, _ = _errors(out, ref64)
+            err, _, _ = _errors(out, ref64)
             worst_err, worst_budget = max(worst_err, err), max(worst_budget, budget)
             if err > budget and not problems:
                 what = ("precision: computed at a lower precision than declared?"

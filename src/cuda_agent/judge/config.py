@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v14"
+JUDGE_VERSION = "judge-v15"
 """Bump whenever correctness, timing or reward rules change; results record it.
 
 History:
@@ -69,6 +69,10 @@ History:
   atol (a row sum of 8192 terms at inputs x4: 1 judgement in about 300); the timed outputs'
   re-check takes a declared precision's tolerances, as the trials do (it held an honest
   bf16 or tf32 kernel to fp32's).
+- judge-v15: that slack is at least the precision budget's floor times the output's root
+  mean square (against float64): autocast sums in fp32, so at a declared bf16 a row sum of
+  bf16 terms near zero fell outside atol=5e-2 in about half the judgements, though its
+  relative norm error was 10 x under the floor.
 """
 
 

@@ -1,4 +1,4 @@
-"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v14).
+"""Judge a candidate against a task: check sources, build, verify, time, reward (judge-v15).
 
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 

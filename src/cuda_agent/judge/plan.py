@@ -128,7 +128,8 @@ class JudgePlan:
             raise JudgeError(f"reference outputs unreadable: {exc}") from None
         eager = eager_errors(out, out64)
         return {"out": out, "out64": out64, "timed": timed, "eager": eager,
-                "timed_slack": timed_slack(eager, [scale for _, scale in self.trials])}
+                "timed_slack": timed_slack(eager, [scale for _, scale in self.trials],
+                                            self.task.precision.value)}
 
     def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str,
                           with_trials: bool = True

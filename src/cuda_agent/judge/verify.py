@@ -35,7 +35,7 @@ def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[lis
     wide = reference["out64"]
     n = len(wide) if wide is not None else 0  # float64 twins of the first n trials
     verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol, norm_from=n,
-                                         slack=slack_of(reference["eager"]))
+                                         slack=slack_of(reference["eager"], precision))
     budget_problems: list[str] = []
     if wide is not None and _same_shapes(reference["out"][:n], outputs[:n]):
         budget_problems, _, _ = precision_budget(reference["eager"], wide, outputs[:n],

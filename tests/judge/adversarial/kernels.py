@@ -284,9 +284,9 @@ Outputs scale_add_via_python(const Args& args) {
 # --- honest kernels whose summation order differs from PyTorch's ---------------------------
 
 ROWSUM = cpp('''
-// rowsum_blocked(x) -> x.sum(1): blocks of 256 with 8 lanes each, block sums added pairwise
-Outputs rowsum_blocked(const Args& args) {
-  const Tensor& x = args.tensor(0);
+// x.sum(1): blocks of 256 with 8 lanes each, block sums added pairwise; every term rounded
+// to `bits` mantissa bits first (round_mantissa; 23 keeps fp32)
+Outputs rowsum_rounded(const Tensor& x, int bits) {
   check_f32(x, "x");
   CUDA_EXT_CHECK(x.dim() == 2, "x must be 2-d");
   const int64_t rows = x.size(0), cols = x.size(1);
@@ -295,7 +295,8 @@ Outputs rowsum_blocked(const Args& args) {
   float* po = out.data_ptr<float>();
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = px + r * cols;
+    std::vector<float> row(px + r * cols, px + (r + 1) * cols);
+    round_mantissa(row, bits);
     std::vector<float> blocks;
     for (int64_t b = 0; b < cols; b += 256) {
       float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -308,7 +309,12 @@ Outputs rowsum_blocked(const Args& args) {
   return {out};
 }
 
-''', "rowsum_blocked")
+Outputs rowsum_blocked(const Args& args) { return rowsum_rounded(args.tensor(0), 23); }
+
+// what a declared bf16 allows: bf16 terms (autocast itself sums in fp32)
+Outputs rowsum_bf16(const Args& args) { return rowsum_rounded(args.tensor(0), 7); }
+
+''', "rowsum_blocked", "rowsum_bf16")
 
 SOFTMAX = cpp('''
 // softmax_blocked(x) -> softmax over the last dim; blocked, pairwise sum of exponentials
