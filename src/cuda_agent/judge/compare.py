@@ -125,6 +125,11 @@ def _check(ref: torch.Tensor, out: torch.Tensor, atol: float, rtol: float,
     return None, abs_err_f, rel_err
 
 
+def _floor(precision: str) -> float:
+    """``PRECISION_FLOOR`` of ``precision`` (fp32's for any other)."""
+    return PRECISION_FLOOR.get(precision, PRECISION_FLOOR["fp32"])
+
+
 @dataclass(frozen=True)
 class EagerError:
     """Eager's own output against its float64 twin: the relative norm error (the precision
@@ -133,7 +138,7 @@ class EagerError:
 
     rel: float
     worst: float
-    rms: float = 0.0
+    rms: float
 
     def slack(self, precision: str) -> float:
         """How far past atol an honest kernel's element may stray at ``precision``.
@@ -144,8 +149,7 @@ class EagerError:
         precision that eager kept in fp32 (autocast sums in fp32) by about that precision's
         relative error times the terms' size, which the precision budget's floor times the
         output's root mean square bounds: an error spread evenly at the floor passes."""
-        floor = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["fp32"])
-        return max(PRECISION_FACTOR * self.worst, floor * self.rms)
+        return max(PRECISION_FACTOR * self.worst, _floor(precision) * self.rms)
 
 
 def eager_errors(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]] | None
@@ -220,7 +224,7 @@ def precision_budget(eager: list[list[EagerError | None]], wide: list[list[torch
     """
     problems: list[str] = []
     worst_err = worst_budget = 0.0
-    floor = PRECISION_FLOOR.get(precision, PRECISION_FLOOR["fp32"])
+    floor = _floor(precision)
     for trial, (errors, wides, cands) in enumerate(zip(eager, wide, candidate, strict=True)):
         for k, (own, ref64, out) in enumerate(zip(errors, wides, cands, strict=True)):
             if own is None:
