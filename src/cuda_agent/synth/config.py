@@ -11,13 +11,15 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-FILTER_VERSION = "synth-filters-v1"
+FILTER_VERSION = "synth-filters-v2"
 """Bump whenever a filter, threshold or measurement changes; every data set row records it.
 
 History:
 - synth-filters-v1: builds/eager/compile, determinism, stochastic ops (tags, source and RNG
   probe), constant, near-zero, identity, per-input sensitivity, redundant intermediate ATen
   ops, NaN/Inf, runtime window, KernelBench AST similarity, structural duplicates.
+- synth-filters-v2: degenerate task (a constant, one repeated value or an input passes the
+  judge's comparison at every trial of 5 draws and 2 scaled draws).
 """
 
 # The released CUDA-Agent-Ops-6K mix (paper, section 1): 1 op 3.4%, 2 ops 83.8%, 3 ops 7.6%,
@@ -38,6 +40,17 @@ class FilterConfig(BaseModel):
         1e-2, description="A trivial answer (a fixed tensor, zeros, an input, the output for "
         "other inputs) must fail an element-wise check at this atol; KernelBench's value.")
     trivial_rtol: float = Field(1e-2, description="rtol of the same check.")
+    degenerate_trials: int = Field(
+        5, ge=1, description="Input draws on which a degenerate task's trivial answer (a "
+        "constant, one repeated value, an input) must pass, as the judge's trials.")
+    degenerate_scales: tuple[float, ...] = Field(
+        (0.25, 4.0), description="Further draws with floating inputs multiplied by these, "
+        "as the judge's scaled trials (a constant rarely passes them all).")
+    degenerate_atol: float | None = Field(
+        None, description="atol of the degenerate-task check; None: the judge's per output "
+        "dtype (cuda_agent.tasks.tolerance).")
+    degenerate_rtol: float | None = Field(
+        None, description="rtol of the same; None: the judge's per output dtype.")
     identity_rtol: float = Field(
         0.0, description="rtol under which a traced operator 'returns its input unchanged' "
         "(0: bit-exact, so adding an epsilon to a variance is not a no-op).")

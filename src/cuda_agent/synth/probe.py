@@ -17,11 +17,14 @@ from torch.utils._pytree import tree_leaves
 from cuda_agent.synth.config import FilterConfig
 from cuda_agent.synth.shrink import shrink_code
 from cuda_agent.synth.trace import trace_redundancy
+from cuda_agent.tasks.degenerate import Degeneracy
 
 RUN_CHECKS = ("builds", "runs_eager", "runs_compiled", "deterministic", "no_stochastic_ops",
-              "finite", "not_constant", "not_near_zero", "not_identity", "sensitive_to_inputs",
-              "no_redundant_ops", "runtime_window")
+              "finite", "not_constant", "not_near_zero", "not_identity", "not_degenerate",
+              "sensitive_to_inputs", "no_redundant_ops", "runtime_window")
 MODEL_SEED, RNG_SEED = 1234, 4321
+SCALED_SEED = 500
+"""Scaled draws use seeds from ``seed + SCALED_SEED`` on, as the judge's scaled trials."""
 
 
 class _Report:
@@ -77,10 +80,15 @@ class Task:
         torch.manual_seed(MODEL_SEED)
         return self.ns["Model"](*self.init).to(self.device)
 
-    def inputs(self, seed: int) -> list[Any]:
+    def inputs(self, seed: int, scale: float = 1.0) -> list[Any]:
+        """The inputs drawn with ``seed``, floating ones multiplied by ``scale``."""
         torch.manual_seed(seed)
-        return [t.to(self.device) if isinstance(t, torch.Tensor) else t
-                for t in self.ns["get_inputs"]()]
+        out = [t.to(self.device) if isinstance(t, torch.Tensor) else t
+               for t in self.ns["get_inputs"]()]
+        if scale != 1.0:
+            out = [t * scale if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                   for t in out]
+        return out
 
     def run(self, model: torch.nn.Module, inputs: list[Any], rng: int = RNG_SEED
             ) -> list[torch.Tensor]:
@@ -162,6 +170,8 @@ def _value_checks(task: Task, model, in1, out1, f: FilterConfig, seed: int, repo
             and any(_within([o], [t], f.trivial_atol, f.trivial_rtol) for o in out1)]
     report.set("not_identity", not same, f"the output equals input {same[:1]} within "
                f"atol={f.trivial_atol:g}, rtol={f.trivial_rtol:g}")
+    degenerate = _degenerate(task, model, out1, f, seed, report)
+    report.set("not_degenerate", degenerate is None, degenerate or "")
     in3 = task.inputs(seed + 2)
     dull = []
     for i, t in enumerate(in1):
@@ -180,6 +190,25 @@ def _value_checks(task: Task, model, in1, out1, f: FilterConfig, seed: int, repo
         report.set("no_redundant_ops", not found, "; ".join(found[:4]))
     else:
         report.set("no_redundant_ops", True)
+
+
+def _degenerate(task: Task, model, out1: list[torch.Tensor], f: FilterConfig, seed: int,
+                report: _Report) -> str | None:
+    """Whether a trivial answer passes the judge's comparison at every trial: the draws
+    ``seed`` (its outputs ``out1``), ``seed + 1``, ..., then draws with floating inputs
+    scaled. Each answer is compared with inputs drawn afresh, as a forward may write into
+    its own. Stops once no answer is left."""
+    check = Degeneracy(f.degenerate_atol, f.degenerate_rtol)
+    check.add(out1, task.inputs(seed))
+    plan = [(seed + i, 1.0) for i in range(1, f.degenerate_trials)]
+    plan += [(seed + SCALED_SEED + j, s) for j, s in enumerate(f.degenerate_scales)]
+    for draw, scale in plan:
+        if not check.open:
+            break
+        outputs = task.run(model, task.inputs(draw, scale))
+        check.add(outputs, task.inputs(draw, scale))
+    report.metrics["degenerate_trials"] = check.trials
+    return check.reason()
 
 
 def _time(fn, device: str, runs: int) -> float:
