@@ -6,7 +6,9 @@ once per toolchain: the binding layer (``binding.cpp``, the only file that inclu
 headers) and, for CUDA, the judge's device timer (``judge_timer.cu``, kept in this package,
 never in a workspace), linked once with libtorch into a shared library; each module is the
 kernel objects linked against it (``link.py``). Editing one kernel recompiles that file and
-relinks the module.
+relinks the module. Before the link, what the objects call is checked (``symbols.py``): a
+kernel that calls PyTorch, Python, dynamic lookup or another library's arithmetic fails the
+build with one error per source and symbol.
 
     from cuda_agent.build import Builder, BuildConfig
     result = Builder(BuildConfig(device="cpu")).build(workspace_dir)
@@ -26,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from cuda_agent.build import diagnostics, link, nvcc_split, toolchain
+from cuda_agent.build import diagnostics, link, nvcc_split, symbols, toolchain
 from cuda_agent.build.link import MODULE_NAME
 from cuda_agent.build.toolchain import Toolchain, ToolchainError
 from cuda_agent.paths import TEMPLATES, home_dir
@@ -105,7 +107,9 @@ class Builder:
         cached = tuple(u[0] for u in units if u[1] == "cached")
         failed = [u for u in units if u[1] == "failed"]
         ext = fixed_lib = None
-        if all(f[1] for f in fixed) and not failed:
+        compiled_all = all(f[1] for f in fixed) and not failed
+        refused = _refused_calls(chain, units, self.cache) if compiled_all else ()
+        if compiled_all and not refused:
             fixed_lib = link.fixed_library(chain, [f[3] for f in fixed], self.cache,
                                            self._compile)
             linked = link.module(chain, [u[2] for u in units], fixed_lib.path, self.cache,
@@ -114,7 +118,9 @@ class Builder:
             if not linked.ok:
                 logs.append(linked.log)
         log = "\n".join(logs)
-        diags = diagnostics.parse(log)
+        diags = (*refused, *diagnostics.parse(log))
+        if refused:
+            log = "\n".join([*map(str, refused), log]).strip()
         if ext is None and not any(d.severity == "error" for d in diags):
             diags = (Diagnostic(None, None, None, "error", "build failed; see log"), *diags)
         if ext and publish:
@@ -246,6 +252,25 @@ class Builder:
                 return True, None, obj
             ok, log = self._compile(cmd, source.parent, obj)
         return ok, log, obj
+
+
+def _refused_calls(chain: Toolchain, units: list[tuple[str, str, Path, str]], cache: Path
+                   ) -> tuple[Diagnostic, ...]:
+    """What the kernel objects call that a workspace may not (``symbols``): PyTorch, Python,
+    dynamic lookup, other libraries' arithmetic; one error per source and symbol."""
+    try:
+        problems = symbols.check_objects([(u[0], u[2]) for u in units],
+                                         symbols.workspace_policy(chain.cxx, cache))
+    except symbols.SymbolToolError as exc:
+        return (Diagnostic(None, None, None, "error", f"symbol check: {exc}"),)
+    return tuple(Diagnostic(p.where, None, None, "error", _cut(
+        f"{p.verb} {p.symbol} ({p.rule}): not allowed")) for p in problems
+        )[:diagnostics.MAX_DIAGNOSTICS]
+
+
+def _cut(message: str) -> str:
+    limit = diagnostics.MAX_MESSAGE
+    return message if len(message) <= limit else message[:limit - 3] + "..."
 
 
 def _hash(*parts: str | bytes) -> str:

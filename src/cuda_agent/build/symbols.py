@@ -1,0 +1,324 @@
+"""What built code can call: an object's or shared object's undefined symbols, checked
+against a policy (``symbol_rules``), judge-side: a workspace's objects before they are
+linked, a single-file candidate's shared objects, or what a live process loaded.
+
+A run-time trace sees only the operators that pass through the dispatcher while it
+watches; the symbols show every route the code was linked to take, also the ones around
+the dispatcher (``at::native``, ``at::cpu``, ``at::cuda`` kernels) and to other libraries.
+It reads the files with GNU binutils (``nm``, ``c++filt``). It cannot see a function
+reached by an address the code computes itself (parsing ``/proc/self/maps`` or a loaded
+library's symbol table in memory): dynamic lookup and ``mprotect`` are refused to make that
+the hard way, not an impossible one.
+
+    problems = check_objects([("kernels/add.cu", obj)], workspace_policy("g++"))
+    problems = check_tree(torch_extensions_dir, single_file_policy(guard.ALLOWED))
+    problems = check_process(pid, single_file_policy(guard.ALLOWED), trusted=[sys.prefix])
+    print("\\n".join(map(str, problems)))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Literal
+
+from cuda_agent.build import callers, symbol_rules
+
+RUNTIME_LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1",
+                     "libgomp.so.1")
+OPTIONAL_RUNTIME = ("libmvec.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1")
+STATIC_RUNTIME = ("-print-libgcc-file-name", "-print-file-name=libc_nonshared.a")
+"""Archives linked into every module: libgcc's helpers, and libc's (``atexit``)."""
+ELF_REL, ELF_DYN = 1, 3
+
+
+class SymbolToolError(RuntimeError):
+    """The tools or libraries the symbol check reads are missing, or a file is not ELF."""
+
+
+class NotElfError(SymbolToolError):
+    """A file to check is not an ELF object or shared object."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Symbol:
+    name: str
+    """As the file spells it, without a version (``memcpy``, ``_ZN2at4_ops2mm4callE...``)."""
+    plain: str
+    """Demangled (``at::_ops::mm::call(at::Tensor const&, at::Tensor const&)``)."""
+    weak: bool = False
+    """A weak reference: it links though nothing defines it, and binds when loaded to
+    whatever the process has loaded by that name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    where: str
+    """The source or file that holds the reference (``kernels/add.cu``)."""
+    symbol: str
+    rule: str
+    verb: str = "calls"
+
+    def __str__(self) -> str:
+        return f"{self.where} {self.verb} {self.symbol} ({self.rule}): not allowed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """Which undefined symbols built code may have (``symbol_rules`` says why)."""
+
+    kind: Literal["workspace", "single_file"]
+    runtime: frozenset[str] = frozenset()
+    """Workspace: every name the C/C++ runtime defines."""
+    allowed_ops: frozenset[str] = frozenset()
+    """Single file: the operators the run-time guard allows (``guard.ALLOWED``)."""
+
+    def refusal(self, symbol: Symbol, own: bool = False, linked: bool = False
+                ) -> str | None:
+        """Why ``symbol`` is refused, or None; ``own`` when the candidate's objects define
+        it, ``linked`` when the link that follows must still resolve it (an object's strong
+        reference)."""
+        if self.kind == "workspace":
+            return symbol_rules.workspace(symbol.name, symbol.plain, own, self.runtime,
+                                          linked)
+        return symbol_rules.single_file(symbol.name, symbol.plain, self.allowed_ops)
+
+
+def workspace_policy(cxx: str = "g++", cache_dir: Path | None = None) -> Policy:
+    """Kernels built against the fixed layer with the compiler ``cxx`` (the runtime's names
+    kept in ``cache_dir``)."""
+    return Policy("workspace", runtime=runtime_symbols(cxx, cache_dir))
+
+
+def single_file_policy(allowed_ops: Iterable[str]) -> Policy:
+    """A shared object built with ``torch/extension.h`` (``load_inline``)."""
+    return Policy("single_file", allowed_ops=frozenset(allowed_ops))
+
+
+def check_file(path: Path, policy: Policy, where: str | None = None) -> list[Problem]:
+    """The problems of one object or shared object (named ``where`` in them). A shared
+    object that defines a refused C name is refused too: its calls to it may go to the C
+    library's (symbol interposition); a refused import that only the C++ runtime's own code
+    linked into it calls passes (``callers``)."""
+    path = Path(path)
+    where = where or str(path)
+    shared = _elf_type(path, where) == ELF_DYN
+    defined = {name for name, _ in _symbols(path, shared, undefined=False)}
+    problems = _judge(where, _symbols(path, shared, undefined=True), defined, policy,
+                      linked=not shared)
+    if shared:
+        problems = [p for p in problems if not (p.symbol in callers.RUNTIME_CALLERS and
+                                                callers.runtime_only(path, p.symbol))]
+        problems += [Problem(where, name, f"{symbol_rules.common(name)}; calls to it "
+                                          "may reach the system's", "defines")
+                     for name in sorted(defined & symbol_rules.INTERPOSABLE)]
+    return problems
+
+
+def check_objects(objects: Iterable[tuple[str, Path]], policy: Policy) -> list[Problem]:
+    """The problems of objects (``.o``) linked into one module: ``(where, path)`` each; a
+    name one of them defines is the candidate's own for the others (unless a rule refuses
+    it)."""
+    objects = list(objects)
+    own = {name for _, path in objects for name, _ in _symbols(Path(path), False, False)}
+    problems = []
+    for where, path in objects:
+        problems += _judge(where, _symbols(Path(path), False, True), own, policy, True)
+    return problems
+
+
+def check_tree(folder: Path, policy: Policy) -> list[Problem]:
+    """The problems of every shared object (``*.so``) under ``folder``, by path relative to
+    it; none when the folder does not exist."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    problems = []
+    for path in sorted(folder.rglob("*.so")):
+        if path.is_file() and not path.is_symlink():
+            problems += _check_readable(path, policy, str(path.relative_to(folder)))
+    return problems
+
+
+def check_process(pid: int, policy: Policy, trusted: Iterable[Path],
+                  own: Callable[[Path], bool] | None = None) -> list[Problem]:
+    """The problems of every file a live process maps as code, but for those under a
+    ``trusted`` folder (the interpreter, torch, the system's libraries) and those ``own``
+    says are the judge's (read through the path given): what it loaded, read by the judge
+    from the process's own view of its files (``/proc/PID/root``), whatever the process
+    says about it."""
+    prefixes = tuple(str(Path(folder)).rstrip("/") + "/" for folder in trusted)
+    problems = []
+    for path, readable in mapped_code(pid):
+        if not path.startswith(prefixes) and not (own is not None and own(readable)):
+            problems += _check_readable(readable, policy, path)
+    return problems
+
+
+def mapped_code(pid: int) -> list[tuple[str, Path]]:
+    """(path as the process names it, a path to read it by) of each file ``pid`` maps
+    executable; a deleted file is read through ``/proc/PID/map_files``."""
+    found: dict[str, Path] = {}
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or "x" not in fields[1] or not fields[5].startswith("/"):
+            continue
+        path = fields[5]
+        readable = Path(f"/proc/{pid}/map_files/{fields[0]}") if path.endswith(" (deleted)") \
+            else Path(f"/proc/{pid}/root{path}")
+        found.setdefault(path, readable)
+    return list(found.items())
+
+
+MAX_CHECKED_BYTES = 1 << 30
+"""A mapped file larger than this is refused unread (a candidate could map anything)."""
+
+
+def require_tools() -> None:
+    """Raise ``SymbolToolError`` where binutils are missing (the judge's machine lacks them,
+    not the candidate's fault)."""
+    for name in ("nm", "c++filt"):
+        _tool(name)
+
+
+def _check_readable(path: Path, policy: Policy, where: str) -> list[Problem]:
+    """``check_file`` of a private copy (a live candidate cannot change what is read between
+    two reads), with a file the judge cannot read or parse as a problem of its own (a
+    candidate's file may be anything); missing tools still raise."""
+    try:
+        if path.stat().st_size > MAX_CHECKED_BYTES:
+            return [Problem(where, "code the judge cannot check",
+                            f"over {MAX_CHECKED_BYTES >> 20} MiB", "holds")]
+        with tempfile.TemporaryDirectory(prefix="cuda-agent-symbols-") as folder:
+            copy = Path(folder) / "checked"
+            shutil.copyfile(path, copy)
+            return check_file(copy, policy, where)
+    except NotElfError:
+        reason = "not an ELF object or shared object"
+    except OSError as exc:
+        reason = f"unreadable: {exc.strerror or exc}"
+    return [Problem(where, "code the judge cannot check", reason, "holds")]
+
+
+def _judge(where: str, entries: list[tuple[str, str]], own: set[str], policy: Policy,
+           linked: bool) -> list[Problem]:
+    problems = []
+    for symbol in _demangled(tuple(dict.fromkeys(entries))):
+        rule = policy.refusal(symbol, symbol.name in own, linked and not symbol.weak)
+        if rule is not None:
+            problems.append(Problem(where, symbol.plain, rule))
+    return problems
+
+
+@functools.lru_cache(maxsize=4)
+def runtime_symbols(cxx: str = "g++", cache_dir: Path | None = None) -> frozenset[str]:
+    """Every name the C/C++ runtime that ``cxx`` links defines: libc (shared and static),
+    libm, libmvec, libstdc++, libgcc (shared and static), libgomp and the dynamic loader.
+    Kept in ``cache_dir`` (when given) under a key of the libraries' paths and dates."""
+    files = _runtime_files(cxx)
+    key = hashlib.sha256("\0".join(f"{f}:{f.stat().st_mtime_ns}:{f.stat().st_size}"
+                                    for f in files).encode()).hexdigest()[:24]
+    cached = Path(cache_dir) / f"runtime-symbols-{key}.txt" if cache_dir else None
+    if cached is not None and cached.is_file():
+        return frozenset(cached.read_text().split())
+    names: set[str] = set()
+    for path in files:
+        names.update(name for name, _ in _nm(path, *([] if path.suffix == ".a" else ["-D"]),
+                                             "--defined-only"))
+    if cached is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        handle, staging = tempfile.mkstemp(dir=cached.parent, suffix=".tmp")
+        with os.fdopen(handle, "w") as out:
+            out.write("\n".join(sorted(names)))
+        os.replace(staging, cached)
+    return frozenset(names)
+
+
+def _runtime_files(cxx: str) -> list[Path]:
+    compiler = shutil.which(cxx)
+    if compiler is None:
+        raise SymbolToolError(f"the C++ compiler '{cxx}' is needed to find the C/C++ runtime "
+                              "the symbol check allows")
+    files = []
+    for library in (*RUNTIME_LIBRARIES, *OPTIONAL_RUNTIME):
+        found = _compiler_file(compiler, f"-print-file-name={library}")
+        if found is None and library in RUNTIME_LIBRARIES:
+            raise SymbolToolError(f"{cxx} does not find {library}, which the symbol check "
+                                  "reads for the names the C/C++ runtime defines")
+        files += [found] if found is not None else []
+    for flag in STATIC_RUNTIME:
+        found = _compiler_file(compiler, flag)
+        files += [found] if found is not None else []
+    return files
+
+
+def _compiler_file(compiler: str, flag: str) -> Path | None:
+    done = subprocess.run([compiler, flag], capture_output=True, text=True, timeout=60)
+    path = Path(done.stdout.strip())
+    return path.resolve() if done.returncode == 0 and path.is_absolute() and path.exists() \
+        else None
+
+
+def _symbols(path: Path, shared: bool, undefined: bool) -> list[tuple[str, str]]:
+    """Cached by content (a candidate sets its files' dates as it likes); the path is not
+    resolved, so ``/proc/PID/root/...`` stays inside that process's view of its files."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return list(_cached_symbols(str(path.absolute()), digest, shared, undefined))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_symbols(path: str, digest: str, shared: bool, undefined: bool
+                    ) -> tuple[tuple[str, str], ...]:
+    flags = (["-D"] if shared else []) + ["--undefined-only" if undefined else "--defined-only"]
+    return tuple(_nm(Path(path), *flags))
+
+
+def _nm(path: Path, *flags: str) -> list[tuple[str, str]]:
+    """(name, type letter) that ``nm -P`` lists for ``path``, versions cut
+    (``memcpy@GLIBC_2.14`` -> ``memcpy``)."""
+    nm = _tool("nm")
+    done = subprocess.run([nm, "-P", *flags, str(path)], capture_output=True, text=True,
+                          timeout=120)
+    if done.returncode != 0:
+        raise SymbolToolError(f"nm cannot read {path}: {done.stderr.strip()[:300]}")
+    names = []
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and len(parts[1]) == 1 and not parts[0].endswith(":"):
+            names.append((parts[0].split("@", 1)[0], parts[1]))
+    return names
+
+
+def _demangled(entries: tuple[tuple[str, str], ...]) -> list[Symbol]:
+    if not entries:
+        return []
+    done = subprocess.run([_tool("c++filt")], input="\n".join(n for n, _ in entries),
+                          capture_output=True, text=True, timeout=120)
+    plain = done.stdout.splitlines()
+    if done.returncode != 0 or len(plain) != len(entries):
+        raise SymbolToolError(f"c++filt failed: {done.stderr.strip()[:300]}")
+    return [Symbol(name, text, kind in "wv")
+            for (name, kind), text in zip(entries, plain, strict=True)]
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        raise SymbolToolError(f"{name} (GNU binutils) is needed to check which symbols built "
+                              "code calls; install binutils")
+    return found
+
+
+def _elf_type(path: Path, where: str) -> int:
+    with path.open("rb") as handle:
+        head = handle.read(18)
+    if len(head) < 18 or head[:4] != b"\x7fELF":
+        raise NotElfError(f"{where} is not an ELF object or shared object")
+    return int.from_bytes(head[16:18], "little" if head[5] == 1 else "big")
