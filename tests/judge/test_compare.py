@@ -157,3 +157,219 @@ def test_slack_at_a_declared_precision_covers_terms_rounded_to_it():
                               slack=slack_of(eager, "bf16")).correct
     nan = torch.tensor([1.0, float("nan"), 3.0])  # the mean square over finite elements
     assert eager_errors([[nan]], [[nan.double()]])[0][0].rms == pytest.approx(5.0 ** 0.5)
+
+
+# --- the precision budget grows with the reduction's length (judge.fan_in) -----------------
+
+class RowSum(torch.nn.Module):
+    def forward(self, x):
+        return x.sum(1)
+
+
+class MatMul(torch.nn.Module):
+    def forward(self, a, b):
+        return a @ b
+
+
+def _rounded(x: torch.Tensor, bits: int) -> torch.Tensor:
+    """``x`` with ``bits`` mantissa bits, rounded to nearest even (10: TF32, 7: bf16)."""
+    drop = 23 - bits
+    u = x.contiguous().view(torch.int32)
+    u = (u + ((1 << (drop - 1)) - 1) + ((u >> drop) & 1)) & ~((1 << drop) - 1)
+    return u.view(torch.float32)
+
+
+def _serial(terms: torch.Tensor) -> torch.Tensor:
+    """Sums over the last dim, one term after another in fp32 (numpy's cumsum is sequential)."""
+    return torch.from_numpy(terms.numpy().cumsum(axis=-1, dtype="float32")[..., -1].copy())
+
+
+def _judged(model: torch.nn.Module, inputs: list[torch.Tensor], fan_in: bool = True):
+    """(eager errors with or without the fan-in report, float64 output, eager output)."""
+    from cuda_agent.judge.compare import eager_errors
+    from cuda_agent.judge.fan_in import report
+
+    wide = [x.double() for x in inputs]
+    ref64, eager = model.double()(*wide), model.float()(*inputs)
+    reported = report(model.double(), wide) if fan_in else None
+    return eager_errors([[eager]], [[ref64]], reported), ref64, eager
+
+
+def test_long_serial_fp32_reduction_passes_where_low_precision_terms_fail():
+    """131072 normal terms per row summed one after another: ordinary fp32 rounding, about
+    u sqrt(n/2) = 1.6e-5 from float64, three times the old fixed floor (5e-6); the same
+    terms rounded to TF32 or bf16 stay outside the budget that grows with n."""
+    from cuda_agent.judge.compare import precision_budget, slack_of
+
+    x = torch.randn(32, 131072, generator=torch.Generator().manual_seed(11))
+    errors, ref64, eager = _judged(RowSum(), [x])
+    fixed, _, _ = _judged(RowSum(), [x], fan_in=False)
+    serial = _serial(x)
+    assert errors[0][0].terms == 131072 and errors[0][0].allowance > 5e-6
+    old, err, _ = precision_budget(fixed, [[ref64]], [[serial]], "fp32")
+    assert old and old[0].startswith("precision"), old  # the fixed floor refuses it
+    new, _, budget = precision_budget(errors, [[ref64]], [[serial]], "fp32")
+    assert not new and err < budget / 2, (new, err, budget)
+    assert compare_trials([[eager]], [[serial]], norm_from=1,
+                          slack=slack_of(errors, "fp32")).correct
+    for bits in (10, 7):  # TF32, bf16 terms, summed exactly
+        low = _rounded(x, bits).double().sum(1).float()
+        problems, _, _ = precision_budget(errors, [[ref64]], [[low]], "fp32")
+        assert problems and problems[0].startswith("precision"), (bits, problems)
+        assert "131072 terms" in problems[0]
+
+
+def test_serial_gemm_passes_while_tf32_and_bf16_inputs_fail():
+    """A GEMM with K = 16384 done as one fp32 dot product per output, as a naive kernel
+    does, passes; the product of TF32- or bf16-rounded inputs (a tensor core's) fails."""
+    from cuda_agent.judge.compare import precision_budget
+
+    g = torch.Generator().manual_seed(12)
+    a, b = torch.randn(16, 16384, generator=g), torch.randn(16384, 16, generator=g)
+    errors, ref64, _ = _judged(MatMul(), [a, b])
+    assert errors[0][0].terms == 16384
+    serial = _serial(a[:, None, :] * b.T[None, :, :])  # (16, 16, K) products, in order
+    assert not precision_budget(errors, [[ref64]], [[serial]], "fp32")[0]
+    for bits in (10, 7):
+        low = (_rounded(a, bits).double() @ _rounded(b, bits).double()).float()
+        problems, err, budget = precision_budget(errors, [[ref64]], [[low]], "fp32")
+        assert problems and err > 10 * budget, (bits, err, budget)
+
+
+class Models:
+    """Small float64 models whose reductions are known."""
+
+    class Elementwise(torch.nn.Module):
+        def forward(self, x):
+            return x * 2.0 + 1.0
+
+    class ReluLinear(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.relu(x @ w)
+
+    class Softmax(torch.nn.Module):
+        def forward(self, x):
+            return torch.softmax(x, dim=1)
+
+    class Total(torch.nn.Module):
+        def forward(self, x):
+            return x.sum()
+
+    class Argmax(torch.nn.Module):
+        def forward(self, x):
+            return x.argmax(1), x.sum(1)
+
+    class NoGrad(torch.nn.Module):
+        def forward(self, x):
+            with torch.no_grad():
+                return x.sum(1)
+
+    class InPlace(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(40, dtype=torch.float64))
+
+        def forward(self, x):
+            return x.mul_(self.w).sum(1)
+
+
+def test_fan_in_counts_the_terms_each_output_element_combines():
+    from cuda_agent.judge.fan_in import measure
+
+    g = torch.Generator().manual_seed(13)
+
+    def normal(*shape):
+        return torch.randn(*shape, generator=g, dtype=torch.float64)
+
+    (mm,) = measure(MatMul(), [normal(8, 300), normal(300, 5)])
+    assert (mm.n, mm.lanes) == (300, 8) and 0.2 < mm.rho < 5  # zero-mean terms: about 1
+    (rows,) = measure(RowSum(), [normal(6, 1000)])
+    assert (rows.n, rows.lanes) == (1000, 6)
+    (positive,) = measure(RowSum(), [normal(6, 1000).abs()])
+    assert positive.rho < 0.01  # terms of one sign: about 1/n
+    cancelling = torch.cat([30 * normal(6, 500), -30 * normal(6, 500)], 1)
+    cancelling[:, 500:] = -cancelling[:, :500].flip(1)
+    (cancel,) = measure(RowSum(), [cancelling + normal(6, 1000)])
+    assert cancel.rho > 100
+    (one,) = measure(Models.Elementwise(), [normal(4, 10)])
+    assert (one.n, one.lanes) == (1, 40)
+    (relu,) = measure(Models.ReluLinear(), [normal(16, 64), normal(64, 32)])
+    assert relu.n == 64  # the largest output is active; zeroed ones count nothing
+    (soft,) = measure(Models.Softmax(), [normal(3, 500)])
+    assert (soft.n, soft.lanes) == (500, 3)  # a row's elements share one sum
+    (total,) = measure(Models.Total(), [normal(7, 9)])
+    assert (total.n, total.lanes) == (63, 1)
+    index, summed = measure(Models.Argmax(), [normal(5, 20)])
+    assert index is None and summed.n == 20
+    assert measure(Models.NoGrad(), [normal(5, 20)]) == [None]
+    assert measure(RowSum(), [torch.arange(6).reshape(2, 3)]) is None  # nothing to vary
+
+
+def test_fan_in_leaves_inputs_and_model_as_they_were():
+    from cuda_agent.judge.fan_in import measure
+
+    model, x = Models.InPlace().double(), torch.randn(3, 40, dtype=torch.float64)
+    kept = x.clone()
+    (fan,) = measure(model, [x])
+    assert fan.n == 40 and torch.equal(x, kept)  # in-place work on a copy, not on x
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def test_allowance_rule():
+    """A scalar sum gets more spread than many lanes; the cap bounds n; a trial whose
+    output came out smaller than where the fan-in was measured gets more cancellation."""
+    from cuda_agent.judge.fan_in import (
+        FAN_IN_CAP,
+        NORM_SPREAD,
+        ROUNDING_UNIT,
+        FanIn,
+        allowance,
+        rounding,
+        spread,
+    )
+
+    assert spread(1) > 3 > spread(2) > spread(4) == spread(10**6) == NORM_SPREAD
+    assert rounding(1 << 16, 1.0) == pytest.approx(ROUNDING_UNIT * (65536 / 2) ** 0.5)
+    assert rounding(FAN_IN_CAP * 64, 1.0) == rounding(FAN_IN_CAP, 1.0)
+    fan = FanIn(n=4096, rho=1.0, mean_square=4096.0, lanes=64)
+    norm, element = allowance(fan, 4096.0)
+    assert norm == pytest.approx(NORM_SPREAD * rounding(4096, 1.0))
+    assert element > norm
+    assert allowance(fan, 4096.0 / 100)[0] > 5 * norm  # the same terms, a value 10x smaller
+    assert allowance(fan, 4096.0 * 100)[0] == norm  # never less than where measured
+
+
+def test_scalar_sum_smaller_than_usual_keeps_its_terms_rounding():
+    """A scalar sum of zero-mean terms comes out as small as chance makes it; its terms, and
+    their rounding, do not shrink with it: the cancellation measured on a typical draw
+    grows with how much smaller the trial's value is. Here a serial sum of 2^20 terms whose
+    value is 1/100 of the typical one errs more than 16 x eager's error and more than the
+    allowance measured, and passes by the raised one."""
+    from cuda_agent.judge.compare import _errors, eager_errors, precision_budget
+    from cuda_agent.judge.fan_in import FanIn, allowance, report
+
+    g = torch.Generator().manual_seed(18)
+    typical = torch.randn(1 << 20, generator=g)
+    small = torch.randn(1 << 20, generator=g).double()
+    small = (small - small.mean() + typical.double().mean() / 100).float()
+    reported = report(Models.Total().double(), [typical.double()])
+    refs = [[x.sum()] for x in (typical, small)]
+    wides = [[x.double().sum()] for x in (typical, small)]
+    errors = eager_errors(refs, wides, reported)
+    serial = [[_serial(x)] for x in (typical, small)]
+    err = _errors(serial[1][0], wides[1][0])[0]
+    fan = FanIn.decode(reported[0])
+    assert err > 16 * errors[1][0].rel and err > allowance(fan, fan.mean_square)[0]
+    assert not precision_budget(errors, wides, serial, "fp32")[0]
+
+
+def test_fan_in_report_is_decoded_defensively():
+    from cuda_agent.judge.compare import eager_errors
+
+    ref = torch.randn(10)
+    for bad in (None, "x", [[1, 2]], [[-1, 0.5, 1.0, 1]], [[1, float("nan"), 1.0, 1]],
+                [[True, 0.5, 1.0, 1]], [[1, 0.5, float("inf"), 1]], {"n": 3}):
+        errors = eager_errors([[ref]], [[ref.double()]], bad)
+        assert errors[0][0].allowance == 0.0 and errors[0][0].element_allowance == 0.0, bad
+    good = eager_errors([[ref]], [[ref.double()]], [[1000, 1.0, 1.0, 10]])
+    assert good[0][0].allowance > 0 and good[0][0].terms == 1000

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from cuda_agent.judge import fan_in as fan_in_
 from cuda_agent.results import CorrectnessResult
+from cuda_agent.tasks.tolerance import TOLERANCES, tolerance  # noqa: F401 (re-exported)
 
 PRECISION_FACTOR = 16.0
 """A candidate may be this many times further from float64 than eager PyTorch is."""
@@ -15,20 +18,6 @@ PRECISION_FLOOR = {"fp32": 5e-6, "tf32": 2e-3, "bf16": 2e-2, "fp16": 4e-3}
 
 WRONG = 0.05
 """A relative error this large is a wrong answer, not a precision question."""
-
-# (atol, rtol) by output dtype
-TOLERANCES = {
-    torch.float64: (1e-7, 1e-7),
-    torch.float32: (1e-4, 1e-4),
-    torch.float16: (1e-2, 1e-2),
-    torch.bfloat16: (2e-2, 2e-2),
-}
-
-
-def tolerance(dtype: torch.dtype, atol: float | None, rtol: float | None) -> tuple[float, float]:
-    default = TOLERANCES.get(dtype, (0.0, 0.0))
-    return (default[0] if atol is None else atol, default[1] if rtol is None else rtol)
-
 
 CHUNK = 1 << 24
 """Elements compared at a time: float64 temporaries stay at a few hundred MB however large
@@ -134,11 +123,20 @@ def _floor(precision: str) -> float:
 class EagerError:
     """Eager's own output against its float64 twin: the relative norm error (the precision
     budget's scale), the largest element error and the twin's root mean square (the
-    element-wise slack's)."""
+    element-wise slack's); and the rounding an honest fp32 kernel may add in the output's
+    reductions of ``terms`` terms (``fan_in.allowance``: by relative norm, and element-wise
+    per unit of root mean square; 0 where the fan-in is unknown)."""
 
     rel: float
     worst: float
     rms: float
+    allowance: float = 0.0
+    element_allowance: float = 0.0
+    terms: int = 1
+
+    def budget(self, precision: str) -> float:
+        """The precision budget: how far from float64 (relative norm) a candidate may be."""
+        return max(PRECISION_FACTOR * self.rel, _floor(precision), self.allowance)
 
     def slack(self, precision: str) -> float:
         """How far past atol an honest kernel's element may stray at ``precision``.
@@ -148,18 +146,34 @@ class EagerError:
         eager's own error (16 x its largest), and summing terms rounded to a declared
         precision that eager kept in fp32 (autocast sums in fp32) by about that precision's
         relative error times the terms' size, which the precision budget's floor times the
-        output's root mean square bounds: an error spread evenly at the floor passes."""
-        return max(PRECISION_FACTOR * self.worst, _floor(precision) * self.rms)
+        output's root mean square bounds: an error spread evenly at the floor passes. A long
+        reduction's rounding (``fan_in.allowance``) is bounded the same way."""
+        return max(PRECISION_FACTOR * self.worst,
+                   max(_floor(precision), self.element_allowance) * self.rms)
 
 
-def eager_errors(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]] | None
-                 ) -> list[list[EagerError | None]]:
+def eager_errors(reference: list[list[torch.Tensor]], wide: list[list[torch.Tensor]] | None,
+                 reported_fan_in: Any = None) -> list[list[EagerError | None]]:
     """Each twinned trial's outputs against their float64 twins (None where an output is
-    not floating point or not shaped like its twin); one pass over each."""
-    return [[EagerError(*_errors(ref, ref64)) if ref.is_floating_point()
-             and ref64.is_floating_point() and ref.shape == ref64.shape else None
-             for ref, ref64 in zip(refs, twins, strict=False)]
+    not floating point or not shaped like its twin); one pass over each.
+
+    ``reported_fan_in`` is the reference's fan-in report (``fan_in.report``, measured on
+    inputs at scale 1; decoded here): where it names an output's reduction, that output's
+    errors carry its ``fan_in.allowance``."""
+    fans = fan_in_.decode(reported_fan_in)
+    return [[_with_allowance(_errors(ref, ref64), fans[k] if k < len(fans) else None)
+             if ref.is_floating_point() and ref64.is_floating_point()
+             and ref.shape == ref64.shape else None
+             for k, (ref, ref64) in enumerate(zip(refs, twins, strict=False))]
             for refs, twins in zip(reference, wide or [], strict=False)]
+
+
+def _with_allowance(errors: tuple[float, float, float], fan: fan_in_.FanIn | None
+                    ) -> EagerError:
+    """One output's ``EagerError``, with the allowance of its reduction where known."""
+    if fan is None:
+        return EagerError(*errors)
+    return EagerError(*errors, *fan_in_.allowance(fan, errors[2] ** 2), max(fan.n, 1))
 
 
 def slack_of(errors: list[list[EagerError | None]], precision: str) -> list[list[float]]:
@@ -224,13 +238,12 @@ def precision_budget(eager: list[list[EagerError | None]], wide: list[list[torch
     """
     problems: list[str] = []
     worst_err = worst_budget = 0.0
-    floor = _floor(precision)
     for trial, (errors, wides, cands) in enumerate(zip(eager, wide, candidate, strict=True)):
         for k, (own, ref64, out) in enumerate(zip(errors, wides, cands, strict=True)):
             if own is None:
                 continue
             eager_err = own.rel
-            budget = max(PRECISION_FACTOR * eager_err, floor)
+            budget = own.budget(precision)
             err, _, _ = _errors(out, ref64)
             worst_err, worst_budget = max(worst_err, err), max(worst_budget, budget)
             if err > budget and not problems:
@@ -239,5 +252,6 @@ def precision_budget(eager: list[list[EagerError | None]], wide: list[list[torch
                 problems.append(
                     f"{what} trial {trial}, output {k} is {err:.3g} from the float64 "
                     f"reference (relative norm); eager {precision} is {eager_err:.3g}, budget "
-                    f"{budget:.3g}")
+                    f"{budget:.3g}" + (f" (a reduction of {own.terms} terms allows "
+                                       f"{own.allowance:.3g})" if own.allowance else ""))
     return problems, worst_err, worst_budget

@@ -433,3 +433,152 @@ Outputs scale_bf16(const Args& args) {
   return {out};
 }
 ''', "scale_bf16")
+
+# --- honest kernels the judge must pass (test_honest.py) ------------------------------------
+
+HONEST = cpp('''
+void check_rows(const Tensor& x) {
+  check_f32(x, "x");
+  CUDA_EXT_CHECK(x.dim() == 2, "x must be 2-d");
+}
+
+// x.sum(1) in one of three orders: 0 one term after another, 1 from the last term back,
+// 2 pairwise; rows spread over `threads` OpenMP threads (0: the pool's)
+Tensor rowsum_in_order(const Tensor& x, int order, int threads) {
+  check_rows(x);
+  const int64_t rows = x.size(0), cols = x.size(1);
+  Tensor out = cuda_ext::empty({rows}, DType::Float32, -1);
+  const float* px = x.data_ptr<float>();
+  float* po = out.data_ptr<float>();
+  const int team = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel for schedule(static, 1) num_threads(team)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = px + r * cols;
+    float total = 0.0f;
+    if (order == 0) {
+      for (int64_t c = 0; c < cols; ++c) total += row[c];
+    } else if (order == 1) {
+      for (int64_t c = cols - 1; c >= 0; --c) total += row[c];
+    } else {
+      std::vector<float> copy(row, row + cols);
+      total = pairwise(copy.data(), cols);
+    }
+    po[r] = total;
+  }
+  return out;
+}
+
+Outputs rowsum_serial(const Args& args) { return {rowsum_in_order(args.tensor(0), 0, 0)}; }
+Outputs rowsum_reversed(const Args& args) { return {rowsum_in_order(args.tensor(0), 1, 0)}; }
+Outputs rowsum_pairwise(const Args& args) { return {rowsum_in_order(args.tensor(0), 2, 0)}; }
+// a team larger than PyTorch's pool (at most one thread per core): 14 more threads than
+// cores, which stay parked in libgomp's pool between calls
+Outputs rowsum_team(const Args& args) {
+  return {rowsum_in_order(args.tensor(0), 0, omp_get_num_procs() + 14)};
+}
+
+// (x.sum(1), x.amax(1)): two outputs of one kernel
+Outputs sum_max(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  check_rows(x);
+  const int64_t rows = x.size(0), cols = x.size(1);
+  Tensor sums = cuda_ext::empty({rows}, DType::Float32, -1);
+  Tensor peaks = cuda_ext::empty({rows}, DType::Float32, -1);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data_ptr<float>() + r * cols;
+    float total = 0.0f, peak = -INFINITY;
+    for (int64_t c = 0; c < cols; ++c) {
+      total += row[c];
+      peak = std::max(peak, row[c]);
+    }
+    sums.data_ptr<float>()[r] = total;
+    peaks.data_ptr<float>()[r] = peak;
+  }
+  return {sums, peaks};
+}
+
+// x.argmax(1) as int64, the first of equal values as PyTorch returns it
+Outputs argmax_rows(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  check_rows(x);
+  const int64_t rows = x.size(0), cols = x.size(1);
+  Tensor out = cuda_ext::empty({rows}, DType::Int64, -1);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x.data_ptr<float>() + r * cols;
+    int64_t best = 0;
+    for (int64_t c = 1; c < cols; ++c)
+      if (row[c] > row[best]) best = c;
+    out.data_ptr<int64_t>()[r] = best;
+  }
+  return {out};
+}
+
+// mm(a, b) -> a @ b: a plain GEMM, named as PyTorch names its own
+Outputs mm(const Args& args) {
+  const Tensor& a = args.tensor(0);
+  const Tensor& b = args.tensor(1);
+  check_f32(a, "a");
+  check_f32(b, "b");
+  CUDA_EXT_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "a: (m, k), b: (k, n)");
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  Tensor c = cuda_ext::empty({m, n}, DType::Float32, -1);
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+  float* pc = c.data_ptr<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = pc + i * n;
+    std::fill_n(row, n, 0.0f);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const float aik = pa[i * k + kk];
+      for (int64_t j = 0; j < n; ++j) row[j] += aik * pb[kk * n + j];
+    }
+  }
+  return {c};
+}
+
+// mm_transposed(a, b) -> (a @ b)^T, contiguous (n, m): Python returns its .t()
+Outputs mm_transposed(const Args& args) {
+  const Tensor& a = args.tensor(0);
+  const Tensor& b = args.tensor(1);
+  check_f32(a, "a");
+  check_f32(b, "b");
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  Tensor ct = cuda_ext::empty({n, m}, DType::Float32, -1);
+#pragma omp parallel for schedule(static)
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      float total = 0.0f;
+      for (int64_t kk = 0; kk < k; ++kk)
+        total += a.data_ptr<float>()[i * k + kk] * b.data_ptr<float>()[kk * n + j];
+      ct.data_ptr<float>()[j * m + i] = total;
+    }
+  return {ct};
+}
+
+// scale_shift(x, s, t) -> a new tensor s * x + t; relu_inplace(y) clamps y in place (the
+// kernel's own temporary) and returns nothing
+Outputs scale_shift(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  check_f32(x, "x");
+  const float s = static_cast<float>(args.real(1)), t = static_cast<float>(args.real(2));
+  Tensor out = cuda_ext::empty_like(x);
+  const int64_t n = x.numel();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) out.data_ptr<float>()[i] = s * x.data_ptr<float>()[i] + t;
+  return {out};
+}
+
+Outputs relu_inplace(const Args& args) {
+  const Tensor& y = args.tensor(0);
+  check_f32(y, "y");
+  const int64_t n = y.numel();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y.data_ptr<float>()[i] = std::max(y.data_ptr<float>()[i], 0.0f);
+  return {};
+}
+''', "rowsum_serial", "rowsum_reversed", "rowsum_pairwise", "rowsum_team", "sum_max",
+   "argmax_rows", "mm", "mm_transposed", "scale_shift", "relu_inplace").replace(
+    '#include "binding_registry.h"', '#include <omp.h>\n\n#include "binding_registry.h"')
