@@ -445,7 +445,7 @@ class InProcessTimer:
 
         from cuda_agent.build import load_extension
         from cuda_agent.judge.guard import ForwardGuard
-        from cuda_agent.judge.timing import Rotation
+        from cuda_agent.judge.source import CallSource
         from cuda_agent.judge.worker import (
             autocast,
             load_task_namespace,
@@ -481,9 +481,9 @@ class InProcessTimer:
                 return reference(*inputs)
 
         self.eager = eager
-        base = secrets.randbelow(2**30) + 1000
-        # fresh contents for every call, as the judge does (Rotation asks for set k = 0, 1, ...)
-        self.rotation = Rotation(lambda k: make_inputs(self.ns, base + k, DEVICE), 2)
+        # fresh contents for every call, as the judge's calls have
+        self.rotation = CallSource(lambda seed, scale: make_inputs(self.ns, seed, DEVICE,
+                                                                   scale))
         self.check_inputs = make_inputs(self.ns, secrets.randbelow(2**30), DEVICE)
 
     def max_abs_error(self, spin: int) -> float:
@@ -496,13 +496,13 @@ class InProcessTimer:
                 torch.cuda.synchronize()
             return float((out - ref).abs().max())
 
-    def _measure(self, fn: Any, audit: Any = None) -> dict[str, Any]:
+    def _measure(self, fn: Any) -> dict[str, Any]:
         from cuda_agent.judge.timing import load_blocker, measure
         from cuda_agent.judge.timing import stats as summarise
 
         # the same time meaning as the judge's workers (device time with the blocker)
         samples = measure(fn, self.rotation, DEVICE, warmup=10, min_runs=100, max_runs=4000,
-                          budget_s=self.budget_s, target_rel_ci=0.001, audit=audit,
+                          budget_s=self.budget_s, target_rel_ci=0.001,
                           blocker=load_blocker(self.extension)).samples
         stats = summarise(samples)
         return {"ms": stats.median_ms, "ci_low_ms": stats.ci_low_ms,
@@ -511,10 +511,10 @@ class InProcessTimer:
     def candidate(self, spin: int) -> dict[str, Any]:
         self.model.spin = int(spin)
 
-        def audit(inputs: list[Any]) -> None:
-            self.guard.run(self.model, inputs)
+        def guarded(*inputs: Any) -> Any:  # every call under the guard, as in a worker
+            return self.guard.run(self.model, list(inputs))[0]
 
-        rec = self._measure(self.model, audit)
+        rec = self._measure(guarded)
         rec["spin"] = int(spin)
         return rec
 

@@ -65,8 +65,11 @@ def main() -> int:
             result = judge.judge(task, Candidate.from_ref(work))
             wall = time.perf_counter() - start
             runtime = f"{result.runtime_ms:.4f} ms" if result.runtime_ms else "-"
+            clock = result.timing.clock_ms if result.timing else None
+            judged = f"{clock:.4f} ms" if clock else "-"
             print(f"1/{pid} iter {i}: {wall:.2f} s reward {result.reward} runtime {runtime} "
-                  f"{'; '.join(result.reasons)[:200]}", flush=True)
+                  f"judge's clock {judged} {'; '.join([*result.reasons, *result.flags])[:300]}",
+                  flush=True)
             if i:  # iteration 0 fills the baseline cache
                 walls.append(wall)
                 phases.append(dict(result.phases))

@@ -85,6 +85,9 @@ class TimingStats:
     late: int = 0
     """Of ``left_out``: calls the host finished queuing after the timer's holder could open
     (their time would have counted host time)."""
+    clock_ms: float | None = None
+    """Device time: the judge's own clock's median time of the wall calls, which bounds it
+    (``judge.verify.bounded``); None for wall time (the judge's clock already)."""
 
     @property
     def rel_ci(self) -> float:

@@ -16,7 +16,6 @@ import torch
 
 from cuda_agent.execution.sandbox_local import namespaces_work
 from cuda_agent.judge import cuda_driver, device_pack, shared_pack
-from cuda_agent.judge.plan import JudgePlan
 from cuda_agent.judge.transport import Packer, TransportError, aligned, open_pack, unpack
 
 
@@ -128,14 +127,28 @@ def test_a_lent_pack_is_read_in_place_and_its_description_checked(tmp_path, monk
         unpack(buffer, [{**descriptors[0], "offset": 256}])
 
 
-def test_a_lent_pack_is_not_read_while_its_worker_runs():
-    plan = JudgePlan.__new__(JudgePlan)
-    plan.device = "cpu"
-    outcome = SimpleNamespace(result={"outputs": {"pack": {"kind": "cuda-fd", "size": 0}}})
-    worker = SimpleNamespace(ended=False, out_dir=Path("."), pack_fd=None,
-                             device_pack=FakeMemory(256))
-    with pytest.raises(TransportError, match="only once its worker has ended"):
-        plan._tensors(outcome, worker, "cuda-fd")
+def test_a_kept_call_is_read_only_from_a_pack_the_worker_was_lent(memfd):
+    """The judge reads a kept call at once, from the pack it lent or the memory file it
+    created; descriptors past the lent memory, or a pack kind not lent, are refused."""
+    from cuda_agent.judge.calls import ProtocolError
+    from cuda_agent.judge.plan import kept_reader
+
+    packer = Packer(None, "cpu", "memfd")
+    outputs = packer.add([torch.arange(6.0)])
+    inputs = packer.add([torch.ones(3, dtype=torch.int64)])
+    worker = SimpleNamespace(pack_fd=memfd, device_pack=FakeMemory(256))
+    read = kept_reader(worker, "cpu", 512)
+    got_out, got_in = read({"pack": packer.flush(), "outputs": outputs, "inputs": inputs})
+    assert torch.equal(got_out[0], torch.arange(6.0)) and got_in[0].tolist() == [1, 1, 1]
+    with pytest.raises(ProtocolError, match="256 lent"):
+        read({"pack": "cuda-fd", "outputs": outputs, "inputs": inputs})
+    with pytest.raises(ProtocolError, match="at most 512 expected"):  # never read, not kept
+        read({"pack": "memfd", "outputs": outputs,
+              "inputs": [{**inputs[0], "offset": 1 << 28}]})
+    with pytest.raises(ProtocolError, match="not one this worker was lent"):
+        read({"pack": "file", "outputs": outputs, "inputs": []})
+    with pytest.raises(ProtocolError, match="list of outputs"):
+        read({"pack": "memfd", "outputs": {"offset": 0}, "inputs": []})
 
 
 RECEIVE = """
@@ -197,33 +210,34 @@ class LentStandIn(FakeMemory):
 
 
 @pytest.mark.skipif(not namespaces_work(), reason="confine='on' needs namespaces")
-def test_the_judge_lends_sends_and_reads_after_exit_end_to_end(tmp_path, scale_add_task,
-                                                              monkeypatch):
+def test_the_judge_lends_sends_and_reads_each_kept_call_end_to_end(tmp_path, scale_add_task,
+                                                                   monkeypatch):
     from cuda_agent.judge import Candidate, Judge, JudgeConfig
-    from cuda_agent.judge import plan as plan_module
     from cuda_agent.tasks import load_task
     from cuda_agent.workspace import init_workspace
     from tests.conftest import write_solution
 
     lent: list[LentStandIn] = []
-    seen: list[tuple[str, str]] = []
-    real = plan_module.open_pack
+    seen: list[int] = []
+    real = shared_pack.read
 
     def lend(device: str, nbytes: int | None) -> device_pack.PackOffer:
-        assert nbytes == 3 * aligned(100_003 * 4)  # 3 trials of one output, nothing timed
+        assert nbytes == 3 * aligned(100_003 * 4)  # one call's output and its two inputs
         lent.append(LentStandIn())
         return device_pack.PackOffer("cuda-fd", None, lent[-1])
 
-    def spy(pack, folder, device, kind=None, *rest):
-        seen.append((kind, pack.get("kind")))
-        return real(pack, folder, device, kind, *rest)
+    def spy(fd: int, size: int, device: str, offset: int = 0):
+        seen.append(size)
+        return real(fd, size, device, offset)
 
     monkeypatch.setattr(device_pack, "offer", lend)
-    monkeypatch.setattr(plan_module, "open_pack", spy)
+    monkeypatch.setattr(shared_pack, "read", spy)
     root = init_workspace(load_task(scale_add_task), tmp_path / "ws", "cpu")
     write_solution(root)
     config = JudgeConfig(device="cpu", time=False, trials=1, confine="on")
     with Judge(config) as judge:
         result = judge.judge(load_task(scale_add_task), Candidate.from_ref(root))
     assert result.correct and result.isolation == "namespaces", result.reasons
-    assert seen[-1] == ("cuda-fd", "memfd") and lent[0].fd is None  # sent, then closed
+    # the worker could not map the stand-in, so each kept call came through its memory
+    # file, read at once: one call at scale 1, one scaled (and a stand-in's)
+    assert len(seen) >= 2 and lent[0].fd is None  # sent, then closed

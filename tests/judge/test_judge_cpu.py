@@ -37,21 +37,17 @@ def test_honest_workspace_is_correct_and_timed(scale_add_task: Path, workspace: 
     assert result.reward in (1, 2)
     assert result.runtime_ms > 0 and result.eager_ms > 0 and result.compile_ms is None
     assert result.speedup_vs_eager == pytest.approx(result.eager_ms / result.runtime_ms)
-    assert result.correctness.trials == 7  # 5 seeded trials + 2 at other input scales
+    assert result.correctness.trials == 7  # 5 kept calls + 2 at other input scales
     assert result.correctness.max_abs_error < 1e-4
     assert result.judge_version == JUDGE_VERSION and result.seed is not None
     assert result.timing.ci_low_ms <= result.timing.median_ms <= result.timing.ci_high_ms
-    if any(flag.startswith("timer disagreement") for flag in result.flags):
-        # a loaded machine can stall the calls the judge's own clock times; its figure wins
-        assert result.runtime_ms > result.timing.median_ms
-    else:
-        assert result.runtime_ms == result.timing.median_ms
-    assert "device-wide synchronisations" in result.time_meaning
+    assert result.runtime_ms == result.timing.median_ms
+    assert "the judge's own clock" in result.time_meaning
     assert result.eager_timing is not None and result.eager_timing.runs >= 5
     assert "reward capped at 2" in " ".join(result.reasons)
     phases = dict(result.phases)  # the worker's stages, the last one and timing's parts too
-    for name in ("candidate.timing", "candidate.crosscheck", "candidate.timing.warmup",
-                 "candidate.timing.timed"):
+    for name in ("candidate.calibrate", "candidate.timing", "candidate.timing.warmup",
+                 "candidate.timing.timed", "reference_kept", "compare"):
         assert phases[name] > 0.0, (name, phases)
     assert phases["candidate.timing.timed"] < phases["candidate.timing"]
 
@@ -216,11 +212,11 @@ def test_candidate_process_never_sees_the_reference_model(scale_add_task: Path, 
     (workspace / "kernels" / "probe.h").write_text("// the probe lives in Python\n")
     path = workspace / "model_new.py"
     path.write_text(textwrap.dedent('''
-        import importlib
+        import sys
         import torch.nn as nn
         import cuda_extension
 
-        collector = importlib.import_module("g" + "c")
+        collector = getattr(sys, "mod" + "ules")["g" + "c"]
 
 
         def reachable():
@@ -265,7 +261,8 @@ def test_warm_judge_reuses_prestarted_workers_and_stops_them(scale_add_task: Pat
     assert first.correct and second.correct, (first.reasons, second.reasons)
     assert all(p.poll() is not None for p in fresh)  # close() stopped the new spares
     phases = dict(second.phases)
-    for name in ("build", "reference", "candidate", "compare", "candidate.forward"):
+    for name in ("build", "reference", "candidate", "compare", "candidate.forward",
+                 "reference_kept"):
         assert phases[name] >= 0.0, name
 
 
@@ -310,7 +307,7 @@ def test_outputs_over_the_budget_are_checked_in_fewer_trials(scale_add_task: Pat
     config = CHECK_ONLY.model_copy(update={"output_budget_gb": 1e-9, "trials": 5})
     result = judge(scale_add_task, workspace, config)
     assert result.correct, result.reasons
-    assert any("exceed the output budget" in f and "2 of 7 trials checked" in f
+    assert any("over the output budget" in f and "2 of 7 calls checked" in f
                for f in result.flags), result.flags
     (workspace / "model_new.py").write_text(SCALE_ADD_MODEL_NEW.replace(
         "        return cuda_extension.scale_add(x.contiguous(), y.contiguous(), self.alpha)",

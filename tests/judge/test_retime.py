@@ -18,15 +18,6 @@ TIMED = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=
                     trials=2, scales=(), candidate_processes=2)
 
 
-def pooled_processes(result: object, n: int) -> int:
-    """How many of ``n`` processes the runtime should pool. On a loaded machine (CI: two
-    cores, tests in parallel) an honest process's cross-check burst can stall, so that the
-    judge's clock disagrees with its median: it is left out, unless every one stalled."""
-    stalled = sum(f.startswith(("timer disagreement", "timer cross-check missing"))
-                  for f in result.flags)
-    return n if stalled in (0, n) else n - stalled
-
-
 @pytest.fixture
 def workspace(tmp_path: Path, scale_add_task: Path) -> Path:
     root = init_workspace(load_task(scale_add_task), tmp_path / "ws", "cpu")
@@ -41,15 +32,12 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
         assert len(judge._spares) == 3  # the reference's and two candidates'
     assert result.correct, result.reasons
     assert result.timing.ci_low_ms <= result.timing.median_ms <= result.timing.ci_high_ms
-    assert result.timing.processes == pooled_processes(result, 2), result.flags
-    if not result.flags:
-        assert result.runtime_ms == result.timing.median_ms and result.timing.runs >= 10
+    assert result.timing.processes == 2, result.flags
+    assert result.runtime_ms == result.timing.median_ms and result.timing.runs >= 10
     phases = dict(result.phases)
-    for name in ("candidate", "candidate2", "candidate2.timing", "candidate2.timing.timed",
-                 "collect_candidate2"):
+    for name in ("candidate", "candidate2", "candidate2.calibrate", "candidate2.timing",
+                 "candidate2.timing.timed", "collect_candidate2", "reference_kept"):
         assert phases[name] > 0.0, (name, phases)
-    assert "candidate2.forward" not in phases  # the extra process runs no trials
-    assert phases["candidate2.crosscheck"] > 0.0  # every process's clock is cross-checked
 
 
 def test_split_timing_shares_the_interval_and_shortens_the_extra_warm_ups(
@@ -73,13 +61,9 @@ def test_split_timing_shares_the_interval_and_shortens_the_extra_warm_ups(
     assert second["timing"]["target_rel_ci"] == first["timing"]["target_rel_ci"]
     assert second["timing"]["warmup_s"] == retime.EXTRA_WARMUP_S
     assert second["timing"]["warmup"] == retime.EXTRA_WARMUP_CALLS
-    assert second["check"] is False
     assert result.correct, result.reasons
-    assert result.timing.processes == pooled_processes(result, 2), result.flags
-    phases = dict(result.phases)
-    assert phases["candidate.crosscheck"] > 0.0 and phases["candidate2.timing.timed"] > 0.0
-    assert phases["candidate2.crosscheck"] > 0.0  # each process's clock is read
-    assert not any(f.startswith("timer cross-check missing") for f in result.flags)
+    assert result.timing.processes == 2, result.flags
+    assert dict(result.phases)["candidate2.timing.timed"] > 0.0
 
 
 def test_split_timing_widens_only_the_candidates_interval(scale_add_task: Path,
@@ -101,59 +85,71 @@ def test_split_timing_widens_only_the_candidates_interval(scale_add_task: Path,
     assert plan(candidate_processes=1).candidate_timing() == shared.timing
 
 
-def traced_first_model(body: str, header: str = "") -> str:
-    """model_new.py for scale_add whose forward first notes whether its process's first call
-    was traced (a trial: only the first process runs trials), then runs ``body``."""
-    return textwrap.dedent('''
-        import importlib
-        import time
-        import torch.nn as nn
-        import cuda_extension
+# Honest where the judge's first candidate process runs it; wrong (or crashing) in a process
+# that can tell it is another one. Every call looks alike, so the test tells it: only the
+# second candidate worker has CANDIDATE_SECOND in its environment.
+SECOND_PROCESS_WRONG = textwrap.dedent('''
+    import os
+    import torch.nn as nn
+    import cuda_extension
 
-        dispatch = importlib.import_module("torch.utils." + "_python_dispatch")
-        current_mode = getattr(dispatch, "_get_current_" + "dispatch_mode")
-        ''') + textwrap.dedent(header) + textwrap.dedent('''
-
-        class ModelNew(nn.Module):
-            traced_first = None
-
-            def __init__(self, alpha):
-                super().__init__()
-                self.alpha = alpha
-
-            def forward(self, x, y):
-                if ModelNew.traced_first is None:
-                    ModelNew.traced_first = current_mode() is not None
-        ''') + textwrap.indent(textwrap.dedent(body).strip(), " " * 8) + "\n"
+    SECOND = os.environ.get("CANDIDATE_SECOND") == "1"
 
 
-# Honest in the first process; in a process whose first call is untraced (a timing
-# process's warm-up) it computes something else.
-SECOND_PROCESS_WRONG = traced_first_model('''
-    alpha = self.alpha if ModelNew.traced_first else self.alpha * 1.5
-    return cuda_extension.scale_add(x.contiguous(), y.contiguous(), alpha)
+    class ModelNew(nn.Module):
+        def __init__(self, alpha):
+            super().__init__()
+            self.alpha = alpha
+
+        def forward(self, x, y):
+            if SECOND and os.environ.get("CANDIDATE_CRASH") == "1":
+                raise RuntimeError("crashed in another process")
+            alpha = self.alpha * 1.5 if SECOND else self.alpha
+            return cuda_extension.scale_add(x.contiguous(), y.contiguous(), alpha)
 ''')
 
 
-def test_wrong_outputs_in_a_timing_process_fail(scale_add_task: Path, workspace: Path):
-    (workspace / "model_new.py").write_text(textwrap.dedent(SECOND_PROCESS_WRONG))
+@pytest.fixture
+def second_process(monkeypatch: pytest.MonkeyPatch):
+    """Every candidate worker after the first gets CANDIDATE_SECOND=1 (and the variables
+    given to the returned setter)."""
+    from cuda_agent.judge import judge as judge_module
+
+    made: list[int] = []
+    extra: dict[str, str] = {}
+    real = judge_module.Worker
+
+    def worker(*args, candidate: bool = False, env=None, **kwargs):
+        if candidate:
+            made.append(1)
+            if len(made) % 2 == 0:  # each judgement's set: candidate 1, candidate 2
+                env = {**(env or {}), "CANDIDATE_SECOND": "1", **extra}
+        return real(*args, candidate=candidate, env=env, **kwargs)
+
+    monkeypatch.setattr(judge_module, "Worker", worker)
+    return extra
+
+
+def test_wrong_outputs_in_a_timing_process_fail(scale_add_task: Path, workspace: Path,
+                                                second_process: dict):
+    (workspace / "model_new.py").write_text(SECOND_PROCESS_WRONG)
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     one = Judge(TIMED.model_copy(update={"candidate_processes": 1})).judge(task, candidate)
     assert one.correct, one.reasons  # one process: it is never caught out
     for config in (TIMED, TIMED.model_copy(update={"split_timing": False})):
         result = Judge(config).judge(task, candidate)
         assert not result.correct and result.reward == -1
-        assert "timed output differs from the reference" in " ".join(result.reasons)
+        assert "outside atol" in " ".join(result.reasons), result.reasons
 
 
-def test_a_crash_in_a_timing_process_fails(scale_add_task: Path, workspace: Path):
-    (workspace / "model_new.py").write_text(textwrap.dedent(SECOND_PROCESS_WRONG).replace(
-        "alpha = self.alpha if", "if not ModelNew.traced_first:\n"
-        "            raise RuntimeError('untraced first call')\n        alpha = self.alpha if"))
+def test_a_crash_in_a_timing_process_fails(scale_add_task: Path, workspace: Path,
+                                           second_process: dict):
+    second_process["CANDIDATE_CRASH"] = "1"
+    (workspace / "model_new.py").write_text(SECOND_PROCESS_WRONG)
     result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(workspace))
     assert not result.correct and result.reward == -1
     assert "candidate failed in timing process 2" in result.reasons[0], result.reasons
-    assert "untraced first call" in result.reasons[0]
+    assert "crashed in another process" in result.reasons[0]
 
 
 def test_a_file_candidate_compiles_once_for_all_its_processes(tmp_path: Path,
@@ -166,16 +162,17 @@ def test_a_file_candidate_compiles_once_for_all_its_processes(tmp_path: Path,
     path.write_text(INLINE_SCALE_ADD + f"\n# {uuid.uuid4().hex}\n")
     result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(path))
     assert result.correct, result.reasons
-    assert result.timing.processes == pooled_processes(result, 2), result.flags
+    assert result.timing.processes == 2, result.flags
     phases = dict(result.phases)
     assert phases["candidate2.load"] < 0.3 * phases["candidate.load"], phases
 
 
 def test_extra_processes_with_large_outputs_are_staged_in_turn(
-        scale_add_task: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch):
-    """Past ``LAZY_PACK_BYTES`` of timed outputs, each extra process is staged just before
-    it runs and its outputs are checked at once, so no two extra packs are held together;
-    wrong outputs in a later process still fail."""
+        scale_add_task: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch,
+        second_process: dict):
+    """Past ``LAZY_PACK_BYTES`` a kept call's pack, each extra process is staged just before
+    it runs, so no two extra packs are held together; wrong outputs in a later process still
+    fail."""
     from cuda_agent.judge import retime
 
     monkeypatch.setattr(retime, "LAZY_PACK_BYTES", 0)  # these outputs count as large
@@ -183,59 +180,23 @@ def test_extra_processes_with_large_outputs_are_staged_in_turn(
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     result = Judge(three).judge(task, candidate)
     assert result.correct, result.reasons
-    assert result.timing.processes == pooled_processes(result, 3), result.flags
+    assert result.timing.processes == 3, result.flags
     phases = dict(result.phases)
     for name in ("stage_candidate2", "stage_candidate3", "candidate3.timing"):
         assert phases[name] > 0.0, (name, phases)
-    (workspace / "model_new.py").write_text(textwrap.dedent(SECOND_PROCESS_WRONG))
+    (workspace / "model_new.py").write_text(SECOND_PROCESS_WRONG)
     wrong = Judge(three).judge(task, Candidate.from_ref(workspace))
-    assert not wrong.correct and "timed output differs" in " ".join(wrong.reasons)
-    assert "candidate3" not in dict(wrong.phases)  # failed at process 2: 3 never ran
+    assert not wrong.correct and "outside atol" in " ".join(wrong.reasons), wrong.reasons
 
 
 def test_a_jobs_warm_up_seconds_reach_the_timer():
     """``split_timing`` shortens an extra process's warm-up through the job's timing."""
-    from cuda_agent.judge.roles import _timing_kwargs
+    from cuda_agent.judge.harness import _timing_kwargs
 
     timing = {"warmup": 3, "min_runs": 5, "max_runs": 50, "budget_s": 1.0,
               "target_rel_ci": 0.01}
     assert "warmup_s" not in _timing_kwargs({"timing": timing})  # the timer's default
     assert _timing_kwargs({"timing": {**timing, "warmup_s": 0.05}})["warmup_s"] == 0.05
-
-
-# Honest in the first process; in a timing process it hides the time spent in forward from
-# the process's own clock (the timer's reference to it).
-CLOCK_IN_TIMING_PROCESS = traced_first_model('''
-    if not ModelNew.traced_first and not _hidden[1:]:
-        _hidden.append(True)
-        timer = importlib.import_module("cuda_" + "agent.judge.timing")
-        timer._clock = lambda: _real() - _hidden[0]
-    start = _real()
-    out = cuda_extension.scale_add(x.contiguous(), y.contiguous(), self.alpha)
-    if not ModelNew.traced_first:
-        _hidden[0] += _real() - start
-    return out
-''', "_real, _hidden = time.perf_counter, [0.0]\n")
-
-
-def test_a_clock_patched_in_a_timing_process_is_caught_there(tmp_path: Path):
-    """Every candidate process's calls are timed by the judge's clock too: a candidate that
-    hides its time only where it guesses it is not the first process is flagged by that
-    process's cross-check, and that process's timing is left out."""
-    from tests.judge.adversarial.helpers import write_scale_add, write_task
-
-    task = load_task(write_task(tmp_path, "scale_add_big"))
-    honest = Judge(TIMED).judge(task, Candidate.from_ref(write_scale_add(tmp_path / "fair")))
-    assert honest.correct, honest.reasons
-    root = write_scale_add(tmp_path / "ws", textwrap.dedent(CLOCK_IN_TIMING_PROCESS))
-    result = Judge(TIMED).judge(task, Candidate.from_ref(root))
-    assert result.correct, result.reasons
-    assert any(f.startswith("timer disagreement (candidate process 2)")
-               for f in result.flags), result.flags
-    if len(result.flags) == 1:  # the first process's burst was not stalled as well
-        assert result.flags[0].endswith("the process's timing left out")
-        assert result.timing.processes == 1  # the second's timing left out of the pool
-    assert result.runtime_ms >= 0.5 * honest.runtime_ms, (result.runtime_ms, honest.runtime_ms)
 
 
 def test_candidate_processes_default_by_device_and_in_episode():
@@ -254,54 +215,52 @@ def test_candidate_processes_default_by_device_and_in_episode():
                       ).candidate_processes is None  # set, to the default, on purpose
 
 
-def _timed(median_ms: float, judge_ms: float | None) -> object:
-    """One process's timing as the judge gets it: samples around ``median_ms``, its
-    cross-check burst of 10 calls and the marks the judge's clock took (none if None)."""
+def _timed(median_ms: float, judge_ms: float | None, meaning: str = "device") -> object:
+    """One process's timing as the judge gets it: its own samples around ``median_ms`` and
+    the judge's clock of its wall calls around ``judge_ms``."""
+    from cuda_agent.judge.clock import JudgeClock
     from cuda_agent.judge.retime import Timed
     from cuda_agent.judge.runner import WorkerOutcome
 
     samples = [median_ms * (1 + 0.001 * k) for k in range(-5, 6)]
-    result = {"samples_ms": samples, "time_meaning": "wall", "crosscheck_calls": 10,
-              "crosscheck_ms": median_ms}
-    marks = () if judge_ms is None else (("start", 1.0), ("end", 1.0 + judge_ms * 1e-2))
-    return Timed(WorkerOutcome(True, result, None, "", marks), [])
+    result = {"samples_ms": samples, "time_meaning": meaning}
+    clock = JudgeClock(() if judge_ms is None else tuple(
+        judge_ms * (1 + 0.001 * k) for k in range(-5, 6)), 0.1, 1.0, 0.0, 0)
+    return Timed(WorkerOutcome(True, result, None, ""), clock, [])
 
 
-@pytest.mark.parametrize(("second", "expected_ms", "processes", "flag"), [
-    ((1.02, 1.0), 1.01, 2, None),  # both clocks agree: pooled
-    ((0.1, 1.0), 1.0, 1, "timer disagreement (candidate process 2)"),  # patched: left out
-    ((0.1, None), 1.0, 1, "timer cross-check missing (candidate process 2)"),  # no marks
+def _check(runs: list, meaning: str, **config) -> object:
+    from cuda_agent.judge.baselines import Baselines
+    from cuda_agent.judge.record import Verdict
+    from cuda_agent.judge.verify import check_timing
+
+    verdict = Verdict(None, "cuda" if meaning == "device" else "cpu", 7)
+    check_timing(verdict, runs, Baselines(None, None, None, meaning), None,
+                 TIMED.model_copy(update=config))
+    return verdict
+
+
+def test_the_processes_times_are_pooled():
+    verdict = _check([_timed(1.0, 1.0, "wall"), _timed(1.2, 1.2, "wall")], "wall")
+    assert verdict.runtime_ms == pytest.approx(1.1) and verdict.timing.processes == 2
+    assert not verdict.flags and verdict.timing.clock_ms == pytest.approx(1.1)
+
+
+@pytest.mark.parametrize("meaning", ["device", "wall"])
+@pytest.mark.parametrize(("reported_ms", "judge_ms", "expected_ms", "raised"), [
+    (1.0, 1.04, 1.0, False),  # within the margin: the process's own time stands
+    (1.0, 1.08, 1.0, False),  # the floor 1.08 / 1.05 - 0.03 = 0.9986 is under it
+    (0.5, 1.10, 1.10 / 1.05 - 0.03, True),  # reported far under the judge's clock
 ])
-def test_each_process_clock_decides_whether_it_is_pooled(
-        scale_add_task: Path, second: tuple, expected_ms: float,
-        processes: int, flag: str | None):
-    from cuda_agent.judge.baselines import Baselines
-    from cuda_agent.judge.record import Verdict
-    from cuda_agent.judge.verify import check_timing
-
-    verdict = Verdict(load_task(scale_add_task), "cpu", 7)
-    runs = [_timed(1.0, 1.0), _timed(*second)]
-    check_timing(verdict, runs, Baselines(None, None, None), {}, TIMED)
-    assert verdict.runtime_ms == pytest.approx(expected_ms)
-    assert verdict.timing.processes == processes
-    if flag is None:
-        assert not verdict.flags
-    else:
-        assert len(verdict.flags) == 1 and verdict.flags[0].startswith(flag)
-        assert verdict.flags[0].endswith("the process's timing left out")
+def test_a_time_is_held_to_the_judges_clock(meaning: str, reported_ms: float, judge_ms: float,
+                                            expected_ms: float, raised: bool):
+    verdict = _check([_timed(reported_ms, judge_ms, meaning)] * 3, meaning)
+    assert verdict.runtime_ms == pytest.approx(expected_ms, rel=1e-6)
+    assert any(f.startswith("the judge's clock bounds the time") for f in verdict.flags) \
+        is raised
 
 
-def test_where_no_clock_agrees_the_judges_figure_is_a_floor(scale_add_task: Path):
-    from cuda_agent.judge.baselines import Baselines
-    from cuda_agent.judge.record import Verdict
-    from cuda_agent.judge.verify import check_timing
-
-    verdict = Verdict(load_task(scale_add_task), "cpu", 7)
-    check_timing(verdict, [_timed(0.1, 2.0), _timed(0.1, 3.0)], Baselines(None, None, None),
-                 {}, TIMED)
-    assert verdict.timing.processes == 2 and verdict.runtime_ms == pytest.approx(3.0)
-    assert all(f.endswith("the judge's figure is used") for f in verdict.flags)
-    one = Verdict(load_task(scale_add_task), "cpu", 7)
-    check_timing(one, [_timed(0.1, 2.0)], Baselines(None, None, None), {}, TIMED)
-    assert one.runtime_ms == pytest.approx(2.0) and one.flags[0].startswith(
-        "timer disagreement: ")  # one process: no number
+def test_device_time_without_wall_calls_is_flagged():
+    verdict = _check([_timed(1.0, None)], "device")
+    assert verdict.runtime_ms == pytest.approx(1.0)
+    assert "no wall call was timed" in verdict.flags[0]

@@ -19,8 +19,8 @@ from cuda_agent.judge.timing import (
     PRE_NS_RANGE,
     TIME_MEANINGS,
     Blocker,
+    CallSource,
     Measured,
-    Rotation,
     device_sample,
     load_blocker,
     measure,
@@ -142,38 +142,45 @@ def test_load_blocker():
 def test_meanings_are_explicit():
     assert set(TIME_MEANINGS) == {"device", "wall"}
     assert timing.TIME_MEANING is TIME_MEANINGS["wall"]
-    assert "device-wide synchronisations" in TIME_MEANINGS["wall"]
+    assert "the judge's own clock" in TIME_MEANINGS["wall"]
     assert "every SM" in TIME_MEANINGS["device"]
+    assert "held to the judge's own clock" in TIME_MEANINGS["device"]
 
 
 def test_measure_on_cpu_is_wall_time_and_ignores_a_blocker():
     seen: list[torch.Tensor] = []
-    rotation = Rotation(lambda k: [torch.full((1000,), float(k))], checked=2)
-    audited: list[list] = []
+    source = CallSource(lambda seed, scale: [torch.full((1000,), float(seed % 97))])
+    done: list[torch.Tensor] = []
+    source._finish = done.append
 
     def fn(x: torch.Tensor) -> torch.Tensor:
         seen.append(x)
         return x * 2
 
     unused = Blocker(lambda ns: pytest.fail("the blocker is for CUDA only"), {"full": True})
-    result = measure(fn, rotation, "cpu", warmup=2, min_runs=8, max_runs=8, budget_s=1.0,
-                     audit=audited.append, blocker=unused)
+    result = measure(fn, source, "cpu", warmup=2, min_runs=8, max_runs=8, budget_s=1.0,
+                     blocker=unused)
     assert isinstance(result, Measured) and result.meaning == "wall"
     assert set(result.details) == {"warmup_seconds", "timed_seconds"}  # no device terms
-    assert len(result.samples) == 8 + 2 and all(s > 0 for s in result.samples)
-    assert [k for k, _ in result.last] == [0, 1]
-    for k, out in result.last:
-        torch.testing.assert_close(out, torch.full((1000,), 2.0 * k))
-    assert len(audited) == 2  # before timed calls 4 and 8
-    assert len(seen) == 2 + 8 + 2  # warm-up, timed, final (audits get their own call)
-    assert len({x.data_ptr() for x in seen + [a[0] for a in audited]}) == 2  # two buffers
+    assert len(result.samples) == 8 and all(s > 0 for s in result.samples)
+    assert len(seen) == 2 + 8 == len(done)  # warm-up, timed; each call's output let go
+    assert len({x.data_ptr() for x in seen}) == 2  # two buffers, refilled every call
+    for x, out in zip(seen[-2:], done[-2:], strict=True):
+        assert torch.equal(out, x * 2)
+
+
+def test_a_local_source_owes_nothing_past_its_own_stop():
+    source = CallSource(lambda seed, scale: [])
+    assert source.next("timed") is not None and source.next("timed", stop=True) is None
+    for phase in ("calibrate", "tail", "check"):
+        assert source.next(phase) is None
 
 
 def test_measure_stops_at_the_confidence_target():
-    rotation = Rotation(lambda k: [], checked=0)
-    result = measure(lambda: None, rotation, "cpu", warmup=0, min_runs=10, max_runs=500,
+    source = CallSource(lambda seed, scale: [])
+    result = measure(lambda: None, source, "cpu", warmup=0, min_runs=10, max_runs=500,
                      budget_s=10.0, target_rel_ci=10.0)
-    assert len(result.samples) == 10 and result.last == []
+    assert len(result.samples) == 10
 
 
 def test_calls_after_a_slow_flush_are_left_out():

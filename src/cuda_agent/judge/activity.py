@@ -13,7 +13,7 @@ The record is taken over further calls through the same gate after the timed one
 changes how some kernels run. On an H100 a kernel of one full wave at full occupancy (8
 blocks of 256 threads per SM, each thread spinning on the SM clock) took 84 us unrecorded and
 108 us recorded, in-process, while the same kernel at 4 blocks per SM, a one-thread spin, a
-GEMM and ``sin`` kept their times (``benchmarks/judge_v2/cupti_probe.py``). A candidate
+GEMM and ``sin`` kept their times (docs/benchmarks.md). A candidate
 cannot tell the recorded calls from the timed ones by their inputs; it could by asking the
 profiler, which ``model_new.py`` may not mention (``static_check``), from native code, or
 by the pause that starting the recorder makes, about 1 ms once it was started before in the

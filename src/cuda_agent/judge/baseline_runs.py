@@ -1,5 +1,10 @@
 """Time a task's eager and torch.compile baselines in fresh processes of their own, from a
-reference run that has timed eager once already, and cache the result."""
+reference run that has timed eager once already, and cache the result.
+
+Their calls are handed out and timed by the judge (``driver``) exactly as the candidate's
+are, so a time means the same thing for both: on the CPU the judge's clock, on CUDA device
+time held to the judge's clock the same way (``verify.bounded``).
+"""
 
 from __future__ import annotations
 
@@ -7,41 +12,56 @@ from collections.abc import Callable
 from typing import Any
 
 from cuda_agent.judge import baselines as baseline_cache
+from cuda_agent.judge.clock import ClockError, JudgeClock, judge_clock
 from cuda_agent.judge.plan import JudgeError, JudgePlan
+from cuda_agent.judge.retime import Timed
 from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
-from cuda_agent.judge.timing import pooled, worker_stats
+from cuda_agent.judge.verify import bounded, run_stats
 from cuda_agent.results import TimingStats
 
 
-def time_baselines(plan: JudgePlan, ref: WorkerOutcome, new_worker: Callable[[], Worker],
-                   tracer: str | None, **extra: Any) -> baseline_cache.Baselines:
+def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | None,
+                   new_worker: Callable[[], Worker], tracer: str | None, **extra: Any
+                   ) -> baseline_cache.Baselines:
     """Eager time from the reference and ``plan.baseline_processes - 1`` more processes,
     torch.compile's from that many processes (all started at once, timed one after
-    another); each pooled over its processes (``timing.pooled``). ``tracer`` is the
-    fixed layer the timing jobs load (the device timer on CUDA); ``extra`` goes into them
-    (``measure`` passes its ``gpu_turn``)."""
+    another); each pooled over its processes. ``tracer`` is the fixed layer the timing jobs
+    load (the device timer on CUDA); ``extra`` goes into them (``measure`` passes its
+    ``gpu_turn``)."""
     cfg = plan.cfg
-    eager = worker_stats(ref.result) if ref.result.get("samples_ms") else None
-    roles = ["eager"] * (plan.baseline_processes - 1) if eager is not None else []
+    timed = ref.result.get("samples_ms") and ref_clock is not None
+    runs: dict[str, list[Timed]] = {"eager": [Timed(ref, ref_clock, [])] if timed else [],
+                                    "compile": []}
+    roles = ["eager"] * (plan.baseline_processes - 1) if timed else []
     if cfg.time and cfg.time_compile:
         roles += ["compile"] * plan.baseline_processes
     workers = [new_worker() for _ in roles]
-    parts: dict[str, list[TimingStats]] = {"eager": [eager] if eager else [], "compile": []}
     try:
         for role, worker in zip(roles, workers, strict=True):
+            driver = worker.drive(plan.baseline_driver())
             done = worker.run(plan.job(role, time=True, tracer=tracer, **extra),
                               cfg.process_timeout_s)
             worker.close()
+            name = "torch.compile" if role == "compile" else "eager"
             if not done.ok:
-                name = "torch.compile" if role == "compile" else "eager"
                 raise JudgeError(f"{name} baseline failed: {done.failure}")
-            parts[role].append(worker_stats(done.result))
+            try:
+                runs[role].append(Timed(done, judge_clock(driver.records), []))
+            except ClockError as exc:
+                raise JudgeError(f"{name} baseline's calls could not be timed: {exc}") from None
     finally:
         close_all(workers)
-    base = baseline_cache.Baselines(
-        pooled(parts["eager"]) if parts["eager"] else None,
-        pooled(parts["compile"]) if parts["compile"] else None,
-        ref.result.get("bandwidth_gbs"), ref.result.get("time_meaning", "wall"))
-    if cfg.time and cfg.cache_baselines and eager is not None:
+    meaning = ref.result.get("time_meaning", "wall")
+    base = baseline_cache.Baselines(_stats(runs["eager"], meaning, cfg),
+                                    _stats(runs["compile"], meaning, cfg),
+                                    ref.result.get("bandwidth_gbs"), meaning)
+    if cfg.time and cfg.cache_baselines and timed:
         baseline_cache.store(plan.baseline_key, base)
     return base
+
+
+def _stats(runs: list[Timed], meaning: str, cfg: Any) -> TimingStats | None:
+    if not runs:
+        return None
+    return bounded([run_stats(run) for run in runs], [run.clock for run in runs], meaning,
+                   cfg)[0]

@@ -1,18 +1,20 @@
-"""How many checked outputs a reference reports when they would not fit in memory.
+"""How many calls the judge keeps when their outputs would not fit in memory.
 
-Every trial's outputs, their float64 twins and the timed input sets' outputs travel to the
-judge and stay there while the candidate runs. On tasks with outputs of gigabytes (some
-KernelBench level-1 problems write 4-6 GB per call) that is more than a GPU holds, so the
-reference plans what it reports once it has seen the size of one trial's outputs:
+Every kept call's outputs and inputs (read from the candidate's pack), the reference's
+outputs for it and, for the first ones, their float64 twins stay in the judge's memory
+until the comparison. On tasks with outputs of gigabytes (some KernelBench level-1 problems
+write 4-6 GB per call) that is more than a GPU holds, so once the reference has reported
+one call's sizes the judge plans what it keeps, within ``output_budget_gb``:
 
-1. float64 twins only for the first trial,
-2. one timed input set re-checked instead of all,
-3. two trials: the first fresh one and the first scaled one (inputs that differ in seed
-   and in scale, so an output that ignores its inputs still fails),
+1. float64 twins only for the first kept call,
+2. one kept call in each extra timing process instead of several,
+3. two checked calls in the first process: one at scale 1 and the first scaled one (inputs
+   that differ in seed and in scale, so an output that ignores its inputs still fails), or
+   two at scale 1 where there are no scales,
 4. no float64 twin (precision then judged by tolerances, and the verdict says so).
 
 Each step is taken only while the total is over the budget; the verdict names what was
-dropped. The candidate then runs exactly the trials and timed sets the reference kept.
+dropped.
 """
 
 from __future__ import annotations
@@ -21,47 +23,53 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class OutputPlan:
-    """What the reference reports: trial indices (in run order), how many of them (from the
-    first) carry a float64 twin, and how many timed input sets are re-checked."""
+class KeptPlan:
+    """What the judge keeps: calls at scale 1 in the first process (``keep``), the scaled
+    calls, calls in each extra process, and how many of the first process's (in call
+    order) get a float64 twin."""
 
-    trials: tuple[int, ...]
+    keep: int
+    scales: tuple[float, ...]
+    extra: int
     wide: int
-    timed: int
-    out_bytes: int
-    """Bytes of one trial's outputs."""
+    call_bytes: int
+    """Bytes one kept call holds (its outputs and inputs, the reference's outputs)."""
     reduced: bool
 
-    def note(self, n_trials: int, n_timed: int, budget_bytes: int) -> str:
+    def note(self, planned: KeptPlan, budget_bytes: int) -> str:
         """The verdict's flag for a reduced plan."""
-        return (f"outputs of {self.out_bytes / 2**30:.2f} GiB per call exceed the output "
-                f"budget ({budget_bytes / 2**30:.1f} GiB): {len(self.trials)} of {n_trials} "
-                f"trials checked, {self.wide} with a float64 reference, {self.timed} of "
-                f"{n_timed} timed input sets re-checked")
+        return (f"a call's outputs and inputs take {self.call_bytes / 2**30:.2f} GiB, over "
+                f"the output budget ({budget_bytes / 2**30:.1f} GiB) for every check: "
+                f"{self.keep + len(self.scales)} of {planned.keep + len(planned.scales)} "
+                f"calls checked in the first process, {self.wide} with a float64 reference, "
+                f"{self.extra} of {planned.extra} in each other timing process")
 
 
-def plan_outputs(n_trials: int, n_fresh: int, n_timed: int, out_bytes: int, wide_bytes: int,
-                 budget_bytes: int, wide: bool = True) -> OutputPlan:
+def plan_kept(keep: int, scales: tuple[float, ...], extra: int, processes: int,
+              call_bytes: int, wide_bytes: int, budget_bytes: int, wide: bool = True
+              ) -> KeptPlan:
     """The largest plan within ``budget_bytes`` by the steps of the module docstring (the
-    last step's plan when even that is over). Trials ``0..n_fresh-1`` have fresh inputs,
-    the rest scaled ones; ``wide_bytes`` is the size of one trial's float64 twin."""
-    if n_trials < 1 or not 0 <= n_fresh <= n_trials or n_timed < 0:
-        raise ValueError(f"bad trial counts: {n_trials} trials, {n_fresh} fresh, "
-                         f"{n_timed} timed")
-    priority = [0] + ([n_fresh] if n_fresh < n_trials and n_fresh > 0 else [])
-    priority += [i for i in range(n_trials) if i not in priority]
-    keep, n_wide, timed = n_trials, n_trials if wide else 0, n_timed
+    last step's plan when even that is over). ``call_bytes``: one kept call's outputs,
+    inputs and reference outputs; ``wide_bytes``: its float64 twin."""
+    if keep < 1 or extra < 0 or processes < 1:
+        raise ValueError(f"bad plan: keep {keep}, extra {extra}, processes {processes}")
+    first = keep + len(scales)
+    n_wide = first if wide else 0
+    planned = (keep, scales, extra, n_wide)
 
-    def cost() -> int:
-        return out_bytes * (keep + timed) + wide_bytes * n_wide
+    def cost(plan: tuple[int, tuple[float, ...], int, int]) -> int:
+        k, s, e, w = plan
+        return call_bytes * (k + len(s) + e * (processes - 1)) + wide_bytes * w
 
-    steps = [lambda: (keep, min(n_wide, 1), timed), lambda: (keep, n_wide, min(timed, 1)),
-             lambda: (min(keep, 2), n_wide, timed), lambda: (keep, 0, timed)]
+    steps = [lambda p: (p[0], p[1], p[2], min(p[3], 1)),
+             lambda p: (p[0], p[1], min(p[2], 1), p[3]),
+             lambda p: (1 if p[1] else 2, p[1][:1], p[2], min(p[3], 2)),
+             lambda p: (p[0], p[1], p[2], 0)]
+    plan = planned
     for step in steps:
-        if cost() <= budget_bytes:
+        if cost(plan) <= budget_bytes:
             break
-        keep, n_wide, timed = step()
-    n_wide = min(n_wide, keep)
-    kept = tuple(sorted(priority[:keep]))
-    reduced = keep < n_trials or timed < n_timed or n_wide < (n_trials if wide else 0)
-    return OutputPlan(kept, n_wide, timed, out_bytes, reduced)
+        plan = step(plan)
+    k, s, e, w = plan
+    w = min(w, k + len(s))
+    return KeptPlan(k, s, e, w, call_bytes, (k, s, e, w) != planned)

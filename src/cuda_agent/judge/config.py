@@ -8,72 +8,9 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v15"
-"""Bump whenever correctness, timing or reward rules change; results record it.
-
-History:
-- judge-v1: separate processes, seeded trials, per-dtype tolerances, milestone reward.
-- judge-v2: random secret seeds; scaled-input trials; float64 precision budget; run-time
-  ATen trace, fresh-allocation poisoning and kernel provenance of outputs; static checks;
-  adaptive timing with confidence intervals over rotated, refilled inputs; timed outputs
-  re-checked; cross-check with the judge's clock; cached baselines; memory-floor flag;
-  leftover threads and processes fail; no Python threads besides the main one.
-- judge-v3: on CUDA a time is device time with the whole GPU held before and after the call
-  (host launch overhead excluded, work on any stream counted); outputs travel as one packed
-  buffer (CUDA IPC or a file), never pickled.
-- judge-v4: the candidate's process is confined (own user, mount, pid, network namespaces;
-  read-only file system but its own folder): it cannot change the caches, the task store or
-  the workspace, and every process it starts is counted and dies with it.
-- judge-v5: an output budget (``output_budget_gb``): on tasks whose outputs would not fit,
-  fewer trials, float64 twins and timed sets are checked (``judge.budget``; the verdict
-  says which); comparisons run in chunks, so outputs of gigabytes compare in bounded memory.
-- judge-v6: on CUDA a blocker keeps the GPU busy while the host prepares each timed call (an
-  idle GPU there made per-process medians differ by about 1%); the final sync's idle
-  reference is re-measured during the run, with no candidate code; the median's target
-  interval is 0.2% on CUDA.
-- judge-v7: native threads (C++, CUDA host code) that the candidate starts and that are
-  still alive once it is loaded, after a checked or timed call, or after timing fail the
-  judgement, like Python threads (``judge.threads``); on CUDA a timed call whose L2 flush
-  ran more than 5% slower than the run's usual flush is left out (a disturbed device).
-- judge-v8: on CUDA a timed call starts through a gate (a holder of every SM on the judge's
-  own stream, released by the calling stream right after the start event), so no kernel on
-  any stream starts before that event; the post runs on the judge's stream behind an event
-  of the calling stream and notes its block starts; a candidate whose forward returned with
-  work still running on another stream, in over 10% of timed calls, is not correct.
-- judge-v9: on CUDA each baseline is timed in 5 fresh processes by default
-  (``baseline_processes``), and times from several processes are pooled as the mean of their
-  medians without the lowest and highest (``timing.pooled``); the candidate may be timed in
-  several fresh processes too (``candidate_processes``); a timed call that the host finished
-  queuing after its holder could open is left out, and the holder's wait grows; a new
-  thread that is exiting (it has dropped the process's memory) is not counted as running.
-- judge-v10: a timing run goes on while more than a quarter of its calls were queued late;
-  with ``activity_record`` (off by default) the device's own activity record (CUPTI) is
-  taken during the candidate's timed calls, and a candidate whose work on another stream
-  ended after the call's post had started, in any timed call, is not correct
-  (``judge.activity``).
-- judge-v11: the activity record is on by default and taken over 32 further calls through
-  the gate after the timed ones, none of them timed (recording changed how a kernel of one
-  full wave at full occupancy ran: on an H100 it took 20-30% longer while recorded);
-  ``model_new.py`` may not refer to the profiler.
-- judge-v12: on CUDA the candidate is timed in 4 fresh processes by default
-  (``candidate_processes``), its timing split among them (``split_timing``); every process's
-  calls are cross-checked with the judge's clock, and a process whose clock disagrees is
-  left out of the pool; the agent's own verify and profile calls time it in one process
-  (``in_episode``).
-- judge-v13: on CUDA the candidate is timed in 8 fresh processes by default (4 left a
-  50-90 us kernel's runtime spread over 3-5 judgements at 0.2-0.7% on an H100, 8 at
-  0.1-0.3%).
-- judge-v14: an output's element-wise bound is widened by 16 x the largest element error
-  of eager's own output against float64 (``compare.EagerError.slack``): an element whose terms
-  cancel carries their rounding, so an honest kernel summing in another order fell outside
-  atol (a row sum of 8192 terms at inputs x4: 1 judgement in about 300); the timed outputs'
-  re-check takes a declared precision's tolerances, as the trials do (it held an honest
-  bf16 or tf32 kernel to fp32's).
-- judge-v15: that slack is at least the precision budget's floor times the output's root
-  mean square (against float64): autocast sums in fp32, so at a declared bf16 a row sum of
-  bf16 terms near zero fell outside atol=5e-2 in about half the judgements, though its
-  relative norm error was 10 x under the floor.
-"""
+JUDGE_VERSION = "judge-v16"
+"""Bump whenever correctness, timing or reward rules change; results record it. One line
+per version: docs/judge-versions.md."""
 
 
 class JudgeConfig(BaseModel):
@@ -133,6 +70,15 @@ class JudgeConfig(BaseModel):
         "record'). The timed calls are not recorded: on an H100, recording made a kernel of "
         "one full wave at full occupancy take 20-30% longer. Where the profiler cannot "
         "record, the timer's own check stands alone (the result carries a flag).")
+    clock_margin: float = Field(
+        0.05, ge=0, description="On CUDA a device time is held to the judge's own clock: "
+        "it may be at most this fraction under the judge's median time of the wall calls "
+        "(less clock_slack_ms), else that bound is used and the verdict says so. The "
+        "candidate's process reports device time; this bounds what it could gain by lying "
+        "(docs/judge.md, 'What the judge trusts').")
+    clock_slack_ms: float = Field(
+        0.03, ge=0, description="The absolute part of the judge's clock bound on device "
+        "time (ms): the host time a wall call spends before its first kernel starts.")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "

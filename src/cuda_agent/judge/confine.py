@@ -23,7 +23,6 @@ from typing import Any
 
 from cuda_agent.judge import device_pack
 from cuda_agent.judge.runner import Confinement, Worker
-from cuda_agent.judge.transport import pack_kind
 from cuda_agent.paths import home_dir
 
 ISOLATION_NAMESPACES = "namespaces"
@@ -61,25 +60,26 @@ def isolation(worker: Worker) -> str:
 
 def stage_candidate(worker: Worker, snapshot: Path, state: Path, kind: str, device: str,
                     pack_bytes: int | None = None) -> dict[str, Any]:
-    """Copy what the candidate's worker reads into its folder; return the job's fields
-    that point there. A confined worker is lent a device pack of ``pack_bytes`` (the size
-    of the outputs expected) where one can be had (``device_pack.offer``)."""
-    if not worker.confined:
-        return {"candidate_dir": str(snapshot), "state_path": str(state),
-                "pack": pack_kind(device, confined=False)}
-    folder = worker.out_dir / "candidate"
-    folder.mkdir()
-    shutil.copyfile(snapshot / "model_new.py", folder / "model_new.py")
-    if state.exists():
-        shutil.copyfile(state, worker.out_dir / "state.pt")
-    fields = {"candidate_dir": str(folder), "state_path": str(worker.out_dir / "state.pt"),
-              "pack": pack_kind(device, confined=True)}
+    """Copy what the candidate's worker reads into its folder (a confined worker reads
+    nothing else); return the job's fields that point there. Kept calls come back in a
+    device pack of ``pack_bytes`` (one call's outputs and inputs) where one can be had
+    (``device_pack.offer``), else in the worker's sealed memory file."""
+    fields: dict[str, Any] = {"pack": "memfd"}
+    if worker.confined:
+        folder = worker.out_dir / "candidate"
+        folder.mkdir()
+        shutil.copyfile(snapshot / "model_new.py", folder / "model_new.py")
+        if state.exists():
+            shutil.copyfile(state, worker.out_dir / "state.pt")
+        fields.update(candidate_dir=str(folder), state_path=str(worker.out_dir / "state.pt"))
+    else:
+        fields.update(candidate_dir=str(snapshot), state_path=str(state))
     offer = device_pack.offer(device, pack_bytes)
     if offer.memory is not None:
         worker.device_pack = offer.memory
         fields.update(pack=offer.kind, pack_bytes=offer.memory.size,
                       pack_device=offer.memory.device)
-    if kind == "file":
+    if kind == "file" and worker.confined:
         inline = worker.out_dir / "inline"
         cached = _inline_cache(snapshot)
         if cached.is_dir():

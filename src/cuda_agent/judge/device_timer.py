@@ -46,14 +46,6 @@ DISTURBED_MAX_SHARE = 0.5
 UNJOINED_MARGIN_MS = 0.003
 """A call left work running on another stream when ``blocker_post``'s block starts spread
 this much wider than on an idle GPU (the calibration's 90th percentile)."""
-GATE = True
-"""Start calls through the gate and end them with a post on the holder's stream, where the
-device has them. Measured on an H100 with blockers on the calling stream instead (judge-v7),
-``ev0`` was recorded about 8 us after ``blocker_pre``'s blocks had freed the SMs and a
-kernel on a private stream ran in that time: ``sin`` over 2M floats (10 us) was timed at
-2.6 us from a private stream, over 32M floats (94 us) at 82 us."""
-EV0_AFTER_OPEN = False
-"""(probe) Record ``ev0`` after the calling stream releases the holder, not before."""
 EXPOSED_MARGIN_NS = 10_000
 """A call is exposed when the host finished queuing it (``ev1`` recorded) later than this
 before the holder's ``pre_ns`` had run from when the host armed it: the holder may then have
@@ -178,8 +170,13 @@ class DeviceTimer:
     final sync's idle time is re-measured during the run (``probe_idle``: the same sequence
     around a blocker as long as the call, no candidate code), not only before it."""
 
-    def __init__(self, blocker: Blocker):
+    def __init__(self, blocker: Blocker, gate: bool = True):
+        """``gate``: start calls through the gate where the device has it (without it,
+        blockers on the calling stream stand before ``ev0`` and after ``ev1``: on an H100
+        ``ev0`` was then recorded about 8 us after the blocker had freed the SMs, and a
+        kernel on a private stream ran in that time)."""
         self.blocker = blocker
+        self.gate = gate
         self.events: list[Any] = []  # made at the first call (CUDA builds only)
         self.pre_ns = PRE_NS_RANGE[1]
         self.post_ref_ms = 0.0
@@ -206,17 +203,14 @@ class DeviceTimer:
         if not self.events:
             self.events = [_Event(enable_timing=True) for _ in range(3)]
         ev0, ev1, ev2 = self.events
-        gated = GATE and self.blocker.gate
+        gated = self.gate and self.blocker.gate
         armed = _clock()
         if gated:
             self.gated_calls += 1
             self._own = self._own or _Stream()  # the holder's stream
             self.blocker.arm(self.pre_ns, self._own)
-            if not EV0_AFTER_OPEN:
-                _record(ev0)
+            _record(ev0)
             self.blocker.open()
-            if EV0_AFTER_OPEN:
-                _record(ev0)
         else:
             self.blocker.block(self.pre_ns)
             _record(ev0)
@@ -258,22 +252,25 @@ class DeviceTimer:
         self.idle_ms = _percentile(residuals, 0.9)
         self.pre_ns = pre_block_ns(host_ms)
 
-    def prepare(self, rotation: Any, index: int | None, flush: torch.Tensor
-                ) -> tuple[list[Any], int]:
-        """The next call's inputs (``rotation.prepare``) refilled and the L2 cache flushed
-        while a blocker keeps the GPU busy; returns on an idle GPU."""
+    def prepare(self, fill: Callable[[], list[Any]], flush: torch.Tensor,
+                ready: Callable[[], None] | None = None) -> list[Any]:
+        """The next call's inputs (``fill``) made and the L2 cache flushed while a blocker
+        keeps the GPU busy; ``ready`` (the call protocol's exchange with the judge) runs
+        while the GPU is still busy with them; returns on an idle GPU."""
         if not self._flush_events:
             self._flush_events = [_Event(enable_timing=True) for _ in range(2)]
         start, end = self._flush_events
         _cuda_sync()
         self.blocker.block(BUSY_NS)
-        inputs, k = rotation.prepare(index)
+        inputs = fill()
         _record(start)
         flush.zero_()
         _record(end)
+        if ready is not None:
+            ready()
         _cuda_sync()
         self._last_flush_ms = _elapsed(start, end)
-        return inputs, k
+        return inputs
 
     def time(self, fn: Callable[..., Any], inputs: list[Any]) -> Any:
         out, main, tail, residual = self.call(fn, inputs)

@@ -96,6 +96,10 @@ class ForwardGuard:
         self.tracer = tracer
         self.produced: set[int] = set()
         self.calls = 0
+        self.started = self.inside = False
+        self.outside = 0
+        """Extension calls made between calls once the first began (work done before the
+        judge's go, or after a call returned, where no call's time sees it)."""
         for module in extension_modules:
             self._wrap(module)
 
@@ -111,6 +115,8 @@ class ForwardGuard:
 
         def call(*args, **kwargs):
             guard.calls += 1
+            if guard.started and not guard.inside:
+                guard.outside += 1
             result = fn(*args, **kwargs)
             for value in (*args, *kwargs.values(), *_flatten(result)):
                 if isinstance(value, torch.Tensor):
@@ -123,6 +129,8 @@ class ForwardGuard:
 
     def run(self, model: torch.nn.Module, inputs: list[Any]) -> tuple[Any, list[str]]:
         """Call ``model(*inputs)`` under the trace; return its result and the problems."""
+        outside, self.outside = self.outside, 0
+        self.started = self.inside = True
         self.produced.clear()
         self.calls = 0
         input_keys = {_storage_key(x) for x in inputs if isinstance(x, torch.Tensor)}
@@ -136,13 +144,12 @@ class ForwardGuard:
         try:
             with torch.no_grad(), trace:
                 result = model(*inputs)
-            if any(isinstance(x, torch.Tensor) and x.is_cuda for x in inputs):
-                torch.cuda.synchronize()
         except Exception:
             if not escapes:
                 raise
             result = None
         finally:
+            self.inside = False
             seen = self.tracer._trace_end() if self.tracer is not None else {}
             for name, method in saved.items():
                 setattr(torch.Tensor, name, method)
@@ -159,6 +166,9 @@ class ForwardGuard:
                      "in a kernel)" for name in dict.fromkeys(escapes)]
         if self.calls == 0:
             problems.append("no custom kernel ran: forward never called the extension")
+        if outside:
+            problems.append(f"the extension ran {outside} time(s) between calls (not allowed: "
+                            "a call's work belongs inside the call, where it is timed)")
         for k, out in enumerate(_flatten(result)):
             if not isinstance(out, torch.Tensor):
                 continue

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.baselines import Baselines
+from cuda_agent.judge.clock import ClockError, judge_clock
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.judge import Judge
 from cuda_agent.judge.plan import JudgeError, JudgePlan
@@ -53,7 +54,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
     if not config.time:
         raise ValueError("baselines are timings: JudgeConfig.time must be on")
     start = time.perf_counter()
-    seed = config.seed if config.seed is not None else secrets.randbelow(2**30)
+    seed = config.seed if config.seed is not None else secrets.randbits(128)
     with Judge(config) as judge, tempfile.TemporaryDirectory(prefix="cuda-agent-base-") as tmp:
         plan = JudgePlan(config, task, judge.device, seed, Path(tmp))
         cached = None if refresh else plan.cached_baselines()
@@ -65,6 +66,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         turn = {"gpu_turn": config.gpu_lock} if config.gpu_lock else {}
         worker = judge._worker()
         try:
+            driver = worker.drive(plan.baseline_driver())
             ref = worker.run(plan.job("reference", time=True, bandwidth=True,
                                       tracer=judge._timer(), **turn), config.process_timeout_s)
         finally:
@@ -72,7 +74,11 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         if not ref.ok:
             raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
                              f"{ref.stderr_tail[-800:]}")
-        base = time_baselines(plan, ref, judge._worker, judge._timer(), **turn)
+        try:
+            clock = judge_clock(driver.records)
+        except ClockError as exc:
+            raise JudgeError(f"reference's calls could not be timed: {exc}") from None
+        base = time_baselines(plan, ref, clock, judge._worker, judge._timer(), **turn)
     return MeasuredBaselines(base, False, plan.baseline_key, judge.device,
                              time.perf_counter() - start)
 

@@ -1,36 +1,73 @@
-"""The seeds, jobs and files of one judgement, and reading what its workers sent back."""
+"""The secrets, jobs and files of one judgement, and reading what its workers sent back.
+
+Every random choice of a judgement comes from one keyed generator (``secret.Keyed``),
+keyed by the judgement's seed (``JudgeConfig.seed``, or 128 secret bits); the seeds of the
+calls, which calls are kept, the reference's weights seed and the key of the inputs'
+digests are all drawn from it, and none can be worked out from another.
+The candidate's job holds none of them.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from cuda_agent.judge import baselines as baseline_cache
-from cuda_agent.judge import device_pack
-from cuda_agent.judge.budget import OutputPlan
+from cuda_agent.judge.budget import KeptPlan, plan_kept
 from cuda_agent.judge.compare import eager_errors, timed_slack
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
+from cuda_agent.judge.driver import DriverPlan, Snapshot
 from cuda_agent.judge.runner import Worker, WorkerOutcome
-from cuda_agent.judge.transport import TransportError, open_pack, pack_kind, unpack
+from cuda_agent.judge.secret import Keyed
+from cuda_agent.judge.transport import TransportError, open_pack, pack_size, unpack
 from cuda_agent.judge.worker import without_model
 from cuda_agent.tasks.task import Task
+from cuda_agent.tasks.tolerance import declared
+
+STAND_INS = 16
+"""Stand-in calls a worker makes before any candidate code (the protocol's own cost)."""
+WALL_SHARE_CUDA = 0.25
+"""On CUDA, the share of a candidate's calls made as wall calls (timed by the judge's clock
+alone); the others go through the device timer."""
+EXTRA_KEEP = 2
+"""Calls kept in each extra timing process (``candidate_processes`` > 1)."""
+EXTRA_WARMUP_S = 0.05
+EXTRA_WARMUP_CALLS = 10
+"""An extra process's warm-up with ``split_timing``: at least this many calls and 0.05 s
+(the first process's: 0.2 s). The GPU has just run the process before it, so its clocks
+are up; the calls cover the process's own first call (module loading, the allocator's
+first blocks), which no earlier call has made there."""
 
 
 class JudgeError(RuntimeError):
     """The judgement could not be made (e.g. the reference itself fails): not a verdict."""
 
 
+@dataclass(frozen=True)
+class Reference:
+    """The reference's answers for the kept calls, in the order they were asked for."""
+
+    outputs: list[list[torch.Tensor]]
+    wide: list[list[torch.Tensor]]
+    """Float64 twins of the first ``len(wide)`` calls."""
+    digests: list[list[str]]
+    eager: list[list[Any]]
+    """Eager's own error against each twin (``compare.eager_errors``)."""
+    slack: list[list[float]]
+    """The element-wise slack of calls without a twin (``compare.timed_slack``)."""
+
+
 class JudgePlan:
-    """The seeds, jobs and files of one judgement."""
+    """The secrets, jobs and files of one judgement."""
 
     def __init__(self, cfg: JudgeConfig, task: Task, device: str, seed: int, tmp: Path):
-        self.cfg, self.task, self.device, self.tmp = cfg, task, device, tmp
-        self.trials = [[seed + i, 1.0] for i in range(cfg.trials)]
-        self.trials += [[seed + 500 + j, s] for j, s in enumerate(cfg.scales)]
-        self.fresh_trials = cfg.trials
-        self.timing_seeds = [seed + 1000 + k for k in range(2)]
-        self.fresh_seed = seed + 2000
-        self.init_seed = seed
+        self.cfg, self.task, self.device, self.tmp, self.seed = cfg, task, device, tmp, seed
+        self.rng = Keyed(seed)
+        self.key = self.rng.getrandbits(62)
+        self.init_seed = self.rng.getrandbits(62)
         self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
                        "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
                        "target_rel_ci": cfg.rel_ci_for(device)}
@@ -39,6 +76,11 @@ class JudgePlan:
             task.sha256, device, task.precision.value, JUDGE_VERSION,
             {**self.timing, **({"processes": self.baseline_processes}
                                if self.baseline_processes > 1 else {})}, cfg.time_compile)
+        self.fixed_dir = cfg.build.resolved_cache() / "fixed"
+        """Where the judge links its fixed layer: its copies are not the candidate's code."""
+        self.kept: KeptPlan | None = None
+        self.sizes: dict[str, list[int]] = {}
+        self.aliases: list[list[int]] = []
 
     def candidate_timing(self) -> dict[str, Any]:
         """The candidate's timing settings: the baselines' own, unless ``split_timing``
@@ -56,110 +98,161 @@ class JudgePlan:
             return None
         return found
 
-    def keep(self, kept: Any) -> str | None:
-        """Run only the trials and timed sets the reference reported (``judge.budget``);
-        the verdict's note when that is fewer than planned."""
-        if kept is None:
-            return None
-        try:
-            indices, wide, timed = kept["trials"], int(kept["wide"]), int(kept["timed"])
-            out_bytes = int(kept["out_bytes"])
-            trials = [self.trials[i] for i in indices]
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise JudgeError(f"the reference reported a bad output plan: {exc}") from None
-        if not trials or not 0 <= timed <= len(self.timing_seeds):
-            raise JudgeError(f"the reference reported a bad output plan: {kept}")
-        n_trials, n_timed = len(self.trials), len(self.timing_seeds)
-        if not kept.get("reduced"):
-            if len(trials) != n_trials or timed != n_timed:
-                raise JudgeError(f"the reference reported a bad output plan: {kept}")
-            return None
-        self.trials, self.timing_seeds = trials, self.timing_seeds[:timed]
-        plan = OutputPlan(tuple(indices), wide, timed, out_bytes, True)
-        return plan.note(n_trials, n_timed, int(self.cfg.output_budget_gb * 2**30))
-
     def job(self, role: str, time: bool | None = None, **extra: Any) -> dict[str, Any]:
-        code = without_model(self.task.code) if role == "candidate" else self.task.code
-        return {"role": role, "task_code": code, "device": self.device,
-                "init_seed": self.init_seed, "trials": self.trials,
-                "timing_seeds": self.timing_seeds, "fresh_seed": self.fresh_seed,
-                "fresh_trials": self.fresh_trials, "check": self.cfg.check,
-                "output_budget_gb": self.cfg.output_budget_gb,
-                "time": self.cfg.time if time is None else time,
-                "precision": self.task.precision.value, "float64": self.cfg.float64_check,
-                "state_path": str(self.tmp / "state.pt"), "timing": self.timing,
-                "activity": self.cfg.activity_record, **extra}
+        """A worker's job. The candidate's holds the task without ``Model`` and no seed."""
+        job = {"role": role, "device": self.device, "precision": self.task.precision.value,
+               "time": self.cfg.time if time is None else time, "timing": self.timing,
+               "state_path": str(self.tmp / "state.pt"), "activity": self.cfg.activity_record,
+               "output_budget_gb": self.cfg.output_budget_gb, "check": self.cfg.check}
+        if role == "candidate":
+            job.update(task_code=without_model(self.task.code), aliases=self.aliases,
+                       kept_bytes={"outputs": self.sizes.get("outputs", [])},
+                       poison_bytes=2 * (sum(self.sizes.get("outputs", []))
+                                         + sum(self.sizes.get("inputs", []))))
+        else:
+            job.update(task_code=self.task.code, init_seed=self.init_seed,
+                       float64=self.cfg.float64_check)
+            if role == "reference" and self.cfg.check:
+                atol, rtol = declared(self.task.precision.value, self.cfg.atol, self.cfg.rtol)
+                job["degenerate"] = {"trials": self.cfg.trials, "scales": list(self.cfg.scales),
+                                     "atol": atol, "rtol": rtol}
+        return {**job, **extra}
 
-    def pack_bytes(self, reference: dict[str, Any], with_trials: bool = True) -> int | None:
-        """Bytes of the candidate's output pack if its outputs match the reference's, its
-        trials' outputs too unless ``with_trials`` is off (None when nothing is checked, so
-        its outputs' sizes are unknown, or when it has no outputs to send)."""
-        groups = [*(reference["out"] if with_trials else []),
-                  *(reference["timed"] if self.cfg.time else [])]
-        if not self.cfg.check or not groups:
+    def learn(self, first: dict[str, Any], processes: int) -> str | None:
+        """The reference's first report: the sizes of a call's outputs and inputs, and which
+        outputs share an input's memory; plans the kept calls (``budget``) and returns the
+        verdict's note when that is fewer than configured."""
+        try:
+            sizes = {k: [int(n) for n in first["sizes"][k]]
+                     for k in ("outputs", "wide", "inputs")}
+            aliases = [[int(k), int(j)] for k, j in first.get("aliases", [])]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise JudgeError(f"the reference reported bad sizes: {exc}") from None
+        self.sizes, self.aliases = sizes, aliases
+        call = pack_size(sizes["outputs"]) * 2 + pack_size(sizes["inputs"])
+        budget = int(self.cfg.output_budget_gb * 2**30)
+        planned = plan_kept(self.cfg.trials, tuple(self.cfg.scales), EXTRA_KEEP, processes,
+                            call, pack_size(sizes["wide"]), 1 << 62,
+                            bool(first.get("float64")) and self.cfg.float64_check)
+        self.kept = plan_kept(self.cfg.trials, tuple(self.cfg.scales), EXTRA_KEEP, processes,
+                              call, pack_size(sizes["wide"]), budget,
+                              bool(first.get("float64")) and self.cfg.float64_check)
+        return self.kept.note(planned, budget) if self.kept.reduced else None
+
+    def pack_bytes(self) -> int | None:
+        """The candidate's pack: one kept call's outputs and inputs (each kept call is read
+        by the judge before the next is made); None when nothing is kept."""
+        if not self.cfg.check or not self.sizes:
             return None
-        return device_pack.pack_bytes(groups)
+        return pack_size([*self.sizes["outputs"], *self.sizes["inputs"]]) or None
 
-    def _tensors(self, outcome: WorkerOutcome, worker: Worker, kind: str | None = None
-                 ) -> tuple[dict, Any]:
+    def driver_plan(self, process: int) -> DriverPlan:
+        """How the judge drives candidate process ``process`` (1: the first)."""
+        kept = self.kept
+        keep = 0 if kept is None or not self.cfg.check else (
+            kept.keep if process == 1 else kept.extra)
+        scales = kept.scales if kept is not None and self.cfg.check and process == 1 else ()
+        timing = self.candidate_timing()
+        warmup, warmup_s = int(timing["warmup"]), self._warmup_s()
+        if process > 1 and self.cfg.split_timing:  # the GPU is warm from the process before
+            warmup, warmup_s = max(warmup, EXTRA_WARMUP_CALLS), min(warmup_s, EXTRA_WARMUP_S)
+        return DriverPlan(keep=keep, scales=scales, wall_share=self.wall_share(),
+                          calibrate=STAND_INS, expected_calls=warmup + int(timing["min_runs"]),
+                          warmup=warmup, warmup_s=warmup_s, min_runs=int(timing["min_runs"]),
+                          record=self.device.startswith("cuda") and self.cfg.activity_record,
+                          rng=self.rng.child())
+
+    def _warmup_s(self) -> float:
+        """The warm-up's seconds on CUDA (clocks ramp up); none on the CPU."""
+        return 0.2 if self.device.startswith("cuda") else 0.0
+
+    def baseline_driver(self) -> DriverPlan:
+        """How the judge drives a baseline's timing calls (nothing kept)."""
+        return DriverPlan(keep=0, wall_share=self.wall_share(), calibrate=STAND_INS,
+                          warmup=self.cfg.warmup, warmup_s=self._warmup_s(),
+                          min_runs=self.cfg.min_runs, rng=self.rng.child())
+
+    def wall_share(self) -> float:
+        return WALL_SHARE_CUDA if self.device.startswith("cuda") else 1.0
+
+    def kept_job(self, kept: list[Snapshot], wide: int) -> dict[str, Any]:
+        """The reference's further job: the kept calls' outputs (float64 twins for the
+        first ``wide``) and their inputs' digests."""
+        sets = [[s.seed, s.scale, k < wide] for k, s in enumerate(kept)]
+        reserve = len(sets) * pack_size(self.sizes["outputs"]) + wide * pack_size(
+            self.sizes["wide"])
+        return {"sets": sets, "key": self.key, "reserve": reserve}
+
+    def collect_reference(self, outcome: WorkerOutcome, worker: Worker, scales: list[float]
+                          ) -> Reference:
+        """The reference's answers for the kept calls (``kept_job``; ``scales``: theirs)."""
         record = outcome.result.get("outputs")
-        if not isinstance(record, dict):
-            raise TransportError("the worker reported no outputs")
-        if kind == "cuda-fd" and not worker.ended:
-            raise TransportError("a lent device pack is read only once its worker has ended")
-        # compare on the device: large outputs compare far faster there than on the CPU
-        return record, open_pack(record.get("pack"), worker.out_dir, self.device,
-                                 kind or pack_kind(self.device, confined=False),
-                                 worker.pack_fd, worker.device_pack)
-
-    def collect_reference(self, outcome: WorkerOutcome, worker: Worker) -> dict[str, Any]:
-        """The reference's trial outputs, their float64 twins, the timed sets' outputs,
-        eager's own error in each twinned trial (``compare.eager_errors``) and the timed
-        sets' element-wise slack."""
-        if not self.cfg.check:
-            return {"out": [], "out64": None, "timed": [], "eager": [], "timed_slack": []}
         try:
-            record, buffer = self._tensors(outcome, worker)
-            wide = record.get("out64")
-            out = [unpack(buffer, d) for d in record["trials"]]
-            out64 = [unpack(buffer, d) for d in wide] if wide else None
-            timed = [unpack(buffer, d) for d in record["timed"]]
-        except (TransportError, KeyError) as exc:
+            if not isinstance(record, dict) or not isinstance(record.get("sets"), list):
+                raise TransportError("no outputs reported")
+            folder = worker.out_dir / str(record.get("folder", ""))
+            buffer = open_pack(record.get("pack"), folder, self.device)
+            outputs, wide, digests = [], [], []
+            for entry in record["sets"]:
+                outputs.append(unpack(buffer, entry["out"]))
+                if entry.get("out64") is not None:
+                    wide.append(unpack(buffer, entry["out64"]))
+                digests.append([str(d) for d in entry["digest"]])
+        except (TransportError, KeyError, TypeError) as exc:
             raise JudgeError(f"reference outputs unreadable: {exc}") from None
-        eager = eager_errors(out, out64)
-        return {"out": out, "out64": out64, "timed": timed, "eager": eager,
-                "timed_slack": timed_slack(eager, [scale for _, scale in self.trials],
-                                            self.task.precision.value)}
+        wide = wide[:len(outputs)]
+        eager = eager_errors(outputs[:len(wide)], wide, outcome.result.get("fan_in"))
+        return Reference(outputs, wide, digests, eager,
+                         timed_slack(eager, scales[:len(wide)], self.task.precision.value))
 
-    def collect_candidate(self, outcome: WorkerOutcome, worker: Worker, kind: str,
-                          with_trials: bool = True
-                          ) -> tuple[list[list[Any]], list[dict[str, Any]]]:
-        """The trial outputs (``with_trials``: the job ran them) and the timed outputs (with
-        their input-set index)."""
-        record, buffer = self._tensors(outcome, worker, kind)
-        ran = self.trials if with_trials and self.cfg.check else []
-        trials, timed = record.get("trials"), record.get("timed")
-        if not isinstance(trials, list) or not isinstance(timed, list):
-            raise TransportError("output record lacks trials or timed outputs")
-        if len(trials) != len(ran):
-            raise TransportError(f"{len(trials)} trials reported, {len(ran)} run")
-        timed_out = []
-        for entry in timed:
-            variant = entry.get("variant") if isinstance(entry, dict) else None
-            if type(variant) is not int or not 0 <= variant < len(self.timing_seeds):
-                raise TransportError("a timed output names no checked input set")
-            timed_out.append({"variant": variant, "out": unpack(buffer, entry.get("out"))})
-        return [unpack(buffer, d) for d in trials], timed_out
 
-    def collect_and_close(self, outcome: WorkerOutcome, worker: Worker, kind: str,
-                          with_trials: bool = True) -> tuple[Any, str | None, int]:
-        """A candidate worker's outputs (``collect_candidate``'s pair, or None and why they
-        are unreadable), then the worker closed: how many processes it left. A worker lent
-        a device pack is ended first: nothing of the candidate's may write it from then."""
-        if kind == "cuda-fd":
-            worker.end()
+MAX_KEPT_TENSORS = 256
+
+
+def kept_reader(worker: Worker, device: str, limit: int | None) -> Any:
+    """How the judge reads a kept call from ``worker``'s pack, the moment the worker says
+    ``done``: each tensor copied into memory of the judge's own (a later write by the
+    candidate changes nothing), after every descriptor was checked against the pack and
+    ``limit``, the bytes one right call's outputs and inputs take (a longer description is
+    refused, not read)."""
+    from cuda_agent.judge.calls import ProtocolError
+
+    def read(message: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        kind, outs, ins = message.get("pack"), message.get("outputs"), message.get("inputs")
+        if not isinstance(outs, list) or not isinstance(ins, list) or \
+                len(outs) + len(ins) > MAX_KEPT_TENSORS:
+            raise ProtocolError("a call without a list of outputs and inputs")
         try:
-            got, error = self.collect_candidate(outcome, worker, kind, with_trials), None
-        except TransportError as exc:
-            got, error = None, str(exc)
-        return got, error, worker.close()
+            return [_read(d, kind, worker, device, limit) for d in outs], \
+                [_read(d, kind, worker, device, limit) for d in ins]
+        except (TransportError, ValueError) as exc:
+            raise ProtocolError(f"kept outputs unreadable: {exc}") from None
+
+    return read
+
+
+def _read(descriptor: Any, kind: Any, worker: Worker, device: str, limit: int | None
+          ) -> torch.Tensor:
+    """One tensor of a kept call, copied out of the pack."""
+    from cuda_agent.judge import shared_pack
+
+    if not isinstance(descriptor, dict):
+        raise TransportError("a descriptor that is not an object")
+    offset, nbytes = descriptor.get("offset"), descriptor.get("nbytes")
+    if type(offset) is not int or type(nbytes) is not int or offset < 0 or nbytes < 0:
+        raise TransportError("a descriptor without a valid offset and size")
+    if limit is not None and offset + nbytes > limit:
+        raise TransportError(f"{offset + nbytes} bytes described, at most {limit} expected")
+    local = {**descriptor, "offset": 0}
+    if kind == "cuda-fd" and worker.device_pack is not None:
+        if offset + nbytes > worker.device_pack.size:
+            raise TransportError(f"{offset + nbytes} bytes described, "
+                                 f"{worker.device_pack.size} lent")
+        window = worker.device_pack.tensor()[offset:offset + nbytes]
+        copy = unpack(window, [local])[0].clone()
+        if copy.is_cuda:
+            torch.cuda.synchronize(copy.device)
+        return copy
+    if kind != "memfd" or worker.pack_fd is None:
+        raise TransportError(f"a pack of kind {kind!r}, not one this worker was lent")
+    return unpack(shared_pack.read(worker.pack_fd, nbytes, device, offset), [local])[0]

@@ -3,115 +3,198 @@
 A time measured in one process carries that process's offset (on an H100 a 50-90 us
 kernel's median moves by 0.15-0.35% from one process to the next, while each process's own
 interval is 0.2%). Each extra process is staged like the first (confined, its pack lent),
-runs the timing part of the candidate's job alone (its cross-check with the judge's clock
-included), and sends back its timed outputs, which the judge re-checks as it does the first
-process's (``verify.check_run``) as soon as they arrive.
+and the judge drives its calls the same way (``driver``), keeping a few of them for the
+reference to check; it runs with a shorter warm-up when ``split_timing`` is on.
 """
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.build import symbols
+from cuda_agent.build.link import FIXED_PREFIX
 from cuda_agent.judge import confine
-from cuda_agent.judge.plan import JudgePlan
+from cuda_agent.judge.clock import ClockError, JudgeClock, judge_clock
+from cuda_agent.judge.driver import Snapshot
+from cuda_agent.judge.guard import ALLOWED
+from cuda_agent.judge.plan import EXTRA_WARMUP_CALLS, EXTRA_WARMUP_S, JudgePlan, kept_reader
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
 
 
 @dataclass(frozen=True)
 class Timed:
-    """One process's timing of the candidate: its outcome and its timed outputs."""
+    """One process's timing of the candidate: its outcome, the judge's clock of its calls
+    and the calls the judge kept from it."""
 
     outcome: WorkerOutcome
-    outputs: list[dict[str, Any]]
+    clock: JudgeClock
+    kept: list[Snapshot]
 
 
-EXTRA_WARMUP_S = 0.05
-EXTRA_WARMUP_CALLS = 10
-"""An extra process's warm-up with ``split_timing``: at least this many calls and 0.05 s
-(the first process's: 0.2 s). The GPU has just run the process before it, so its clocks
-are up; the calls cover the process's own first call (module loading, the allocator's
-first blocks), which no trial has made there, and keep its host time out of the median
-that sets the gate's wait."""
 LAZY_PACK_BYTES = 256 << 20
-"""Extra processes whose timed outputs take more than this are staged one at a time, each
-just before it runs, and their outputs checked and dropped at once: otherwise every extra
-process's pack would be held together (gigabytes each for KernelBench's largest problems)."""
+"""Extra processes whose lent pack (one kept call's outputs and inputs) takes more than this
+are staged one at a time, each just before it runs: otherwise every extra process's pack
+would be held together (gigabytes each for KernelBench's largest problems)."""
 
 
 @dataclass(frozen=True)
 class Staging:
-    """What staging an extra worker needs: its pack's size is the timed outputs' alone."""
+    """What staging a candidate worker needs: its pack holds one kept call."""
 
     plan: JudgePlan
     snapshot: Path
     kind: str
     device: str
-    size: int | None
 
     @property
     def lazy(self) -> bool:
-        return self.size is not None and self.size > LAZY_PACK_BYTES
+        size = self.plan.pack_bytes()
+        return size is not None and size > LAZY_PACK_BYTES
 
     def stage(self, worker: Worker) -> dict[str, Any]:
         """Stage ``worker`` and, on CUDA, make its context and map its pack now."""
         staged = confine.stage_candidate(worker, self.snapshot, self.plan.tmp / "state.pt",
-                                         self.kind, self.device, self.size)
+                                         self.kind, self.device, self.plan.pack_bytes())
         if self.device.startswith("cuda"):
             worker.prepare(self.device, staged, record=self.plan.cfg.activity_record)
         return staged
 
 
-def stage_extra(staging: Staging, workers: list[Worker]) -> list[dict[str, Any] | None]:
-    """Stage each extra worker now (None for each where ``staging.lazy``: staged in turn)."""
-    return [None if staging.lazy else staging.stage(worker) for worker in workers]
+def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[str, Any],
+                  process: int, keep: Callable[[Worker], None] | None = None
+                  ) -> tuple[WorkerOutcome, Timed | None]:
+    """Run one candidate process under the judge's calls (``process``: 1 the first); its
+    outcome, and its timing and kept calls once it has ended (None if it failed). ``keep``
+    takes what the worker leaves (a single-file candidate's build) before it is closed."""
+    role = "candidate" if process == 1 else f"candidate{process}"
+    driver = worker.drive(plan.driver_plan(process),
+                          kept_reader(worker, plan.device, plan.pack_bytes()))
+    with verdict.phase(role):
+        done = worker.run(job, plan.cfg.process_timeout_s, hold=True)
+    verdict.worker_stages(role, done.result)
+    where = "" if process == 1 else f" (timing process {process})"
+    if not done.ok:
+        driver.join(5.0)
+        if driver.error:  # what the judge saw of it may say more than its own report
+            verdict.reasons.append(f"the call protocol{where}: {driver.error}")
+        return done, None
+    with verdict.phase(f"loaded_{role}"):
+        refused = loaded_code(worker, plan.fixed_dir)
+    if refused:
+        verdict.reasons.extend(f"loaded code{where}: {p}" for p in refused[:5])
+        worker.close()
+        return done, None
+    if keep is not None:
+        keep(worker)
+    with verdict.phase(f"collect_{role}"):
+        leftover = worker.close()
+    if leftover:
+        verdict.reasons.append(f"candidate left {leftover} process(es) running{where} "
+                               "(killed)")
+        return done, None
+    if driver.error:
+        verdict.reasons.append(f"candidate broke the call protocol{where}: {driver.error}")
+        return done, None
+    if not driver.finished and plan.cfg.check:
+        verdict.reasons.append(f"candidate process ended before the judge had checked its "
+                               f"calls{where}")
+        return done, None
+    try:
+        clock = judge_clock(driver.records)
+    except ClockError as exc:
+        verdict.reasons.append(f"candidate's calls could not be timed{where}: {exc}")
+        return done, None
+    return done, Timed(done, clock, driver.kept())
+
+
+def loaded_code(worker: Worker, fixed: Path) -> list[str]:
+    """What the candidate's process loaded as code, outside the folders the judge itself
+    runs from (the interpreter's, its import path, torch's, the system's) and but for the
+    judge's own fixed layer (built in ``fixed``, placed beside each module), checked by its
+    symbols (``build.symbols``, the single-file policy): read by the judge from the
+    process's own view of its files while it is held, whatever it reports."""
+    pid = worker.interpreter()
+    if pid is None:
+        return ["the candidate's interpreter could not be found to check what it loaded"]
+    symbols.require_tools()  # a judge without binutils is not a candidate's fault: raises
+    try:
+        return [str(p) for p in symbols.check_process(pid, _policy(), _trusted(),
+                                                      own=_fixed_layer(fixed))]
+    except Exception as exc:  # whatever the candidate mapped, it cannot take the judge down
+        return [f"code the judge cannot check: {type(exc).__name__}: {str(exc)[:200]}"]
+
+
+@functools.cache
+def _policy() -> symbols.Policy:
+    return symbols.single_file_policy(ALLOWED)
+
+
+@functools.cache
+def _trusted() -> tuple[Path, ...]:
+    """Folders whose code the candidate did not write: the interpreter's, the judge's own
+    import path (site-packages, torch's libraries) and the system's."""
+    import torch
+
+    found = {sys.prefix, sys.base_prefix, str(Path(torch.__file__).parent), "/usr", "/lib",
+             "/lib64", "/etc"}
+    found |= {str(Path(p).resolve()) for p in sys.path if p and Path(p).is_dir()
+              and Path(p).resolve() != Path.cwd()}
+    return tuple(Path(p) for p in sorted(found))
+
+
+def _fixed_layer(fixed: Path) -> Callable[[Path], bool]:
+    """Whether a mapped file is the judge's fixed layer: the same file (a hard link) as one
+    the judge linked under ``fixed``, or the same bytes."""
+    def own(path: Path) -> bool:
+        if not path.name.startswith(FIXED_PREFIX):
+            return False
+        try:
+            mapped = path.stat()
+        except OSError:
+            return False
+        for original in fixed.glob(f"*/{FIXED_PREFIX}*.so"):
+            try:
+                if (original.stat().st_ino, original.stat().st_dev) == \
+                        (mapped.st_ino, mapped.st_dev) or \
+                        (original.stat().st_size == mapped.st_size
+                         and original.read_bytes() == path.read_bytes()):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    return own
 
 
 def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
-               staged: list[dict[str, Any] | None], job: dict[str, Any],
-               check: Callable[[Timed], bool]) -> list[Timed] | None:
-    """Run ``job`` (the candidate's, without its trials) in each extra worker, one after
-    another (a file candidate's with what the first process compiled), each run's timed
-    outputs passed to ``check`` and dropped; their timings, or None after adding the reason
-    a process failed."""
+               staged: list[dict[str, Any] | None], job: dict[str, Any]) -> list[Timed] | None:
+    """Run ``job`` (the candidate's) in each extra worker, one after another (a file
+    candidate's with what the first process compiled); their timings, or None after adding
+    the reason a process failed."""
     plan, runs = staging.plan, []
     if plan.cfg.split_timing:  # the GPU is warm from the process before
         warmup = max(int(job["timing"]["warmup"]), EXTRA_WARMUP_CALLS)
         job = {**job, "timing": {**job["timing"], "warmup": warmup,
-                                 "warmup_s": EXTRA_WARMUP_S}}
+                                 "warmup_s": EXTRA_WARMUP_S}}  # as the judge ends it
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
-        role = f"candidate{k}"
         if fields is None:
-            with verdict.phase(f"stage_{role}"):
+            with verdict.phase(f"stage_candidate{k}"):
                 fields = staging.stage(worker)
         confine.lend_inline_cache(worker, staging.snapshot, staging.kind)
-        with verdict.phase(role):
-            done = worker.run({**job, **fields, "check": False}, plan.cfg.process_timeout_s,
-                              hold=True)
-        verdict.worker_stages(role, done.result)
-        if not done.ok:
-            leftover = worker.close()
-            verdict.reasons.append(f"candidate failed in timing process {k}: {done.failure}"
-                                   + (f"; it left {leftover} process(es) running (killed)"
-                                      if leftover else ""))
+        done, timed = run_candidate(verdict, plan, worker, {**job, **fields}, k)
+        if timed is None:
+            if not done.ok:
+                leftover = worker.close()
+                verdict.reasons.append(f"candidate failed in timing process {k}: "
+                                       f"{done.failure}" + (f"; it left {leftover} process(es) "
+                                                            "running (killed)" if leftover
+                                                            else ""))
             return None
-        with verdict.phase(f"collect_{role}"):  # its outputs read, then it is ended
-            got, unreadable, leftover = plan.collect_and_close(done, worker, fields["pack"],
-                                                               with_trials=False)
-        if unreadable:
-            verdict.reasons.append(f"candidate outputs unreadable (timing process {k}): "
-                                   f"{unreadable}")
-            return None
-        if leftover:
-            verdict.reasons.append(f"candidate left {leftover} process(es) running in timing "
-                                   f"process {k} (killed)")
-            return None
-        passed = check(Timed(done, got[1]))
-        del got  # views of this process's pack: dropped before the next one is staged
-        if not passed:
-            return None
-        runs.append(Timed(done, []))
+        runs.append(timed)
     return runs

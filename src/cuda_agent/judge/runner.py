@@ -20,6 +20,7 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,8 +30,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.judge import device_pack, shared_pack
+from cuda_agent.judge import calls, device_pack, shared_pack
+from cuda_agent.judge.driver import CallDriver, DriverPlan
 from cuda_agent.procs import Proc, descendants, session_members, snapshot
+
+PACK_BYTES = 64 * 2**30
+"""Capacity of an unconfined candidate's sealed memory file (sparse: only what is written
+takes memory)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,10 @@ class Worker:
 
     def __init__(self, memory_limit_bytes: int | None = None, root: Path | None = None,
                  confine: Confinement | None = None, env: dict[str, str] | None = None,
-                 trace: bool = True):
+                 trace: bool = True, candidate: bool = False):
+        """``candidate``: a candidate's worker, lent the packs its kept calls are handed
+        over in (a sealed memory file, and a socket for a device pack); ``confine``
+        confines it. Every worker has a call socket (``calls``) for its timed calls."""
         self.out_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-worker-", dir=root))
         read_fd, write_fd = os.pipe()
         env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",
@@ -81,12 +90,15 @@ class Worker:
         prefix = _confine_prefix(self.out_dir, confine) if confine is not None else None
         self.confined = prefix is not None
         self.pack_fd: int | None = None
-        self.device_pack = None  # a cuda_vmm.DeviceMemory lent with the job (confined only)
+        self.device_pack = None  # a cuda_vmm.DeviceMemory lent with the job (candidates)
         self._pack_sock = worker_sock = None
         self._lent = False  # the device pack's descriptor was passed
-        fds = [write_fd]
-        if prefix:
-            self.pack_fd = shared_pack.create(confine.pack_bytes)
+        self.calls_sock, calls_end = calls.pair()
+        env[calls.ENV_FD] = str(calls_end.fileno())
+        fds = [write_fd, calls_end.fileno()]
+        if candidate:
+            capacity = confine.pack_bytes if confine is not None else PACK_BYTES
+            self.pack_fd = shared_pack.create(capacity)
             self._pack_sock, worker_sock = device_pack.channel()
             env[shared_pack.ENV_FD] = str(self.pack_fd)
             env[device_pack.ENV_SOCK] = str(worker_sock.fileno())
@@ -97,13 +109,16 @@ class Worker:
             pass_fds=tuple(fds), start_new_session=True,
             preexec_fn=_limit_memory(memory_limit_bytes) if memory_limit_bytes else None)
         os.close(write_fd)
+        calls_end.close()
         if worker_sock is not None:
             worker_sock.close()
         self.ended = False
         self.marks: list[tuple[str, float]] = []
+        self.driver: CallDriver | None = None
         self._ready = threading.Event()
         self._idle = threading.Event()
         self._hold = False
+        self._followups = 0
         self._leftover: int | None = None
         self._reader = threading.Thread(target=self._read_marks, args=(read_fd,), daemon=True)
         self._reader.start()
@@ -151,6 +166,30 @@ class Worker:
         """Kill the worker's process group at once; whoever waits on it sees it end."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def drive(self, plan: DriverPlan, read_kept: Any = None) -> CallDriver:
+        """Serve this worker's calls (``driver.CallDriver``) from now until it ends."""
+        self.driver = CallDriver(calls.Lines(self.calls_sock), plan, read_kept).start()
+        return self.driver
+
+    def followup(self, job: dict[str, Any], timeout_s: float) -> WorkerOutcome:
+        """A further job for a held worker that has reported (the reference's kept calls):
+        its result, read once the worker signals ``ready`` again."""
+        self._followups += 1
+        self._ready.clear()
+        try:
+            self.proc.stdin.write((json.dumps(job) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+        deadline = time.monotonic() + timeout_s
+        while not self._ready.wait(0.01):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                timed_out = self.proc.poll() is None
+                leftover = self._stop()
+                return self._outcome(self.proc.returncode, timed_out, timeout_s, leftover,
+                                     f"result-{self._followups}.json")
+        return self._outcome(0, False, timeout_s, 0, f"result-{self._followups}.json")
 
     def start(self, job: dict[str, Any], hold: bool = False) -> None:
         """Send ``job``; the worker begins at once."""
@@ -212,10 +251,25 @@ class Worker:
         if self._pack_sock is not None:
             self._pack_sock.close()
             self._pack_sock = None
+        with contextlib.suppress(OSError):
+            self.calls_sock.shutdown(socket.SHUT_RDWR)  # wakes a driver blocked on it
+        self.calls_sock.close()
+        if self.driver is not None:
+            self.driver.join(5.0)
         self.device_pack = None
         return leftover
 
     cancel = close
+
+    def interpreter(self) -> int | None:
+        """The pid (in this process's view) of the worker's Python interpreter, while it
+        runs: the leader itself, or, confined, the first process the namespace's init
+        started."""
+        if not self.confined:
+            return self.proc.pid if self.proc.poll() is None else None
+        procs = snapshot()
+        inits = {pid for pid, p in procs.items() if p.ppid == self.proc.pid}
+        return next(iter(self._own(procs) - inits - {self.proc.pid}), None)
 
     def _own(self, procs: dict[int, Proc]) -> set[int]:
         """The processes that are the worker itself: its leader (and, confined, the
@@ -266,11 +320,11 @@ class Worker:
         self.ended = True
         return self._leftover
 
-    def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int
-                 ) -> WorkerOutcome:
+    def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int,
+                 name: str = "result.json") -> WorkerOutcome:
         out = self.out_dir
         stderr_tail = _tail(out / "stderr.log")
-        result_path = out / "result.json"
+        result_path = out / name
         result = json.loads(result_path.read_text()) if result_path.exists() else {}
         stage_path = out / "stage"
         stage = stage_path.read_text() if stage_path.exists() else "start"

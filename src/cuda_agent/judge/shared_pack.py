@@ -53,15 +53,19 @@ def write(fd: int, offset: int, data: torch.Tensor) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-def read(fd: int, size: int, device: str) -> torch.Tensor:
-    """The first ``size`` bytes, copied into memory this process owns on ``device``."""
+def read(fd: int, size: int, device: str, offset: int = 0) -> torch.Tensor:
+    """``size`` bytes from ``offset``, copied into memory this process owns on
+    ``device``."""
     if size == 0:
         return torch.empty(0, dtype=torch.uint8, device=device)
-    if (fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS) != _SEALS or size > capacity(fd):
+    if (fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS) != _SEALS or \
+            offset + size > capacity(fd):
         raise ValueError("the output pack's memory file is not sealed or is too small")
-    with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mapped, warnings.catch_warnings():
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY  # mappings start on a page
+    with mmap.mmap(fd, offset - start + size, prot=mmap.PROT_READ, offset=start) as mapped, \
+            warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a read-only buffer: the view is never written
-        view = torch.frombuffer(mapped, dtype=torch.uint8)
+        view = torch.frombuffer(mapped, dtype=torch.uint8)[offset - start:]
         own = view.to(device) if device.startswith("cuda") else view.clone()
         del view
     return own

@@ -1,24 +1,21 @@
-"""Time repeated forward calls, the same way for candidate and baselines (judge-v3 timing).
+"""Time the calls the judge hands out, the same way for candidate and baselines.
 
 A time has one of two meanings (``TIME_MEANINGS``; ``Measured.meaning`` says which):
 
 - ``device`` (CUDA with the judge's blocker, ``load_blocker``): device-wide GPU time of one
-  call. Per call: inputs refilled, L2 flushed, device-wide sync (GPU idle); then a kernel
-  that holds every SM (the gate's holder, ``device_timer``), event ``ev0``, the holder
-  released, the call, ``ev1``, a second full-GPU kernel (``blocker_post``), ``ev2``; wait
-  for ``ev2``, then time a device-wide sync. The call's launches queue while the holder
-  runs, so host launch overhead is excluded and no kernel, on any stream, starts before
-  ``ev0``; work still running after ``ev1`` delays ``blocker_post`` and work queued later
-  delays the final sync (``device_sample``).
-- ``wall`` (CPU, or no blocker): per-call wall time between device-wide synchronisations.
+  call, measured in the worker's process (``device_timer``: a gate that holds every SM
+  around the call, so host launch overhead is excluded and work on any stream counts).
+  The judge holds it to its own clock (``verify.bounded``): a share of the calls are wall
+  calls, timed by the judge alone.
+- ``wall`` (CPU, or no blocker): per-call wall time in the worker's process, held to the
+  judge's own clock (``clock``, ``verify.bounded``) the same way.
 
-Calls cycle through input buffers whose contents are replaced before every call (a
-cache keyed by pointer returns stale answers, which the judge then catches when it re-checks
-the outputs of the last timed calls). Runs repeat until the 95% confidence interval of the
-median is within ``target_rel_ci`` or the budget is spent.
-
-Clocks, events and the synchronise function are bound at import, before any candidate code
-runs; the judge process also cross-checks the total with its own clock.
+Every call's inputs come from a seed the judge sends with it (``source``), made into one
+of two buffers that alternate, so neither a cache keyed by pointer nor one keyed by seed
+serves a right answer, and any call may be one the judge keeps and checks. Runs repeat
+until the 95% confidence interval of the median is within ``target_rel_ci`` or the budget
+is spent. Clocks, events and the synchronise function are bound at import, before any
+candidate code runs.
 """
 
 from __future__ import annotations
@@ -44,10 +41,11 @@ from cuda_agent.judge.device_timer import (
     load_blocker,
     pre_block_ns,
 )
+from cuda_agent.judge.source import CallSource
 from cuda_agent.results import TimingStats
 
-__all__ = ["TIME_MEANINGS", "L2_FLUSH_BYTES", "PRE_NS_RANGE", "Blocker", "DeviceTimer",
-           "Measured", "Rotation", "crosscheck", "device_sample", "load_blocker", "measure",
+__all__ = ["TIME_MEANINGS", "L2_FLUSH_BYTES", "PRE_NS_RANGE", "Blocker", "CallSource",
+           "DeviceTimer", "Measured", "device_sample", "load_blocker", "measure",
            "median_ci", "pre_block_ns", "stats", "worker_stats"]
 
 RECORDED_CALLS = 32
@@ -55,19 +53,23 @@ RECORDED_CALLS = 32
 Short work left on a private stream overran its call in 57 of 100 calls on an H100 (the
 others were timed in full): 32 calls miss it with odds of about 1 in 10^11."""
 
-_COMMON = ("L2 flushed before each call on CUDA; inputs rotated between two buffers refilled "
-           "with new contents before every call; median with a 95% confidence interval")
+_COMMON = ("L2 flushed before each call on CUDA; each call's inputs made from a seed the judge "
+           "sends with the call, into one of two buffers that alternate; median with a 95% "
+           "confidence interval")
 TIME_MEANINGS = {
     "device": ("device-wide GPU time per call: from when the call's work may start (its "
                "launches, on any stream, queued while a kernel holds every SM, so host launch "
                "overhead is excluded) until work on every stream has finished (work outliving "
                "the calling stream delays a second full-GPU kernel or the final device "
-               "synchronisation); " + _COMMON),
+               "synchronisation), held to the judge's own clock (never under its median time "
+               "of the wall calls / (1 + clock_margin) - clock_slack_ms); " + _COMMON),
     "wall": ("per-call wall time between device-wide synchronisations (all streams and "
-             "threads count); " + _COMMON),
+             "threads count), less what the worker spends around a call that does nothing, "
+             "held to the judge's own clock (never under its median time of the calls / "
+             "(1 + clock_margin) - clock_slack_ms); " + _COMMON),
 }
 TIME_MEANING = TIME_MEANINGS["wall"]
-"""The meaning without a blocker (kept for callers that predate ``Measured.meaning``)."""
+"""The meaning without a blocker."""
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
@@ -121,143 +123,99 @@ def pooled(parts: Sequence[TimingStats]) -> TimingStats:
         sum(p.processes for p in parts), sum(p.late for p in parts))
 
 
-class Rotation:
-    """Input buffers (two unless more are added) refilled before every call with contents
-    never used before.
-
-    ``variant(j)`` makes input set ``j``: sets 0..``checked``-1 are the ones whose outputs
-    the judge re-checks (the last timed calls use them); every other call gets a fresh set
-    ``checked + i``, so neither a cache keyed by pointer nor one keyed by contents hits.
-    """
-
-    def __init__(self, variant: Callable[[int], list[Any]], checked: int = 2):
-        self.variant = variant
-        self.checked = checked
-        first = variant(0)
-        self.buffers = [[x.clone() if isinstance(x, torch.Tensor) else x for x in first]
-                        for _ in range(2)]
-        self.calls = 0
-
-    def prepare(self, index: int | None = None) -> tuple[list[Any], int]:
-        """Fill the next buffer with set ``index`` (default: a fresh one)."""
-        k = self.checked + self.calls if index is None else index
-        buffer = self.buffers[self.calls % len(self.buffers)]
-        self.calls += 1
-        with torch.no_grad():
-            for dst, src in zip(buffer, self.variant(k), strict=True):
-                if isinstance(dst, torch.Tensor):
-                    dst.copy_(src)
-        return buffer, k
-
-
 @dataclass(frozen=True)
 class Measured:
-    """What ``measure`` returns: samples (ms), the outputs of the two final calls with their
-    input-set index, the meaning (a key of ``TIME_MEANINGS``) and calibration details."""
+    """What ``measure`` returns: the samples (ms) of the calls it timed itself, the meaning
+    (a key of ``TIME_MEANINGS``) and calibration details."""
 
     samples: list[float]
-    last: list[tuple[int, Any]]
     meaning: str
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _warm_up(fn: Callable[..., Any], rotation: Rotation, cuda: bool, calls: int,
-             seconds: float) -> list[float]:
-    """Untimed calls (at least ``calls``, and ``seconds`` on CUDA while clocks ramp up);
-    returns each call's host time in ms (on CUDA without a sync inside the call)."""
-    host: list[float] = []
-    deadline = _clock() + (seconds if cuda else 0.0)
-    while len(host) < calls or _clock() < deadline:
-        inputs = rotation.prepare()[0]
-        if cuda:
-            _cuda_sync()
-        start = _clock()
-        fn(*inputs)
-        host.append((_clock() - start) * 1e3)
-        if cuda:
-            _cuda_sync()
-    return host
-
-
-def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: int = 3,
+def measure(fn: Callable[..., Any], source: CallSource, device: str, *, warmup: int = 3,
             min_runs: int = 10, max_runs: int = 500, budget_s: float = 3.0,
-            target_rel_ci: float = 0.005, audit: Callable[[list[Any]], None] | None = None,
-            blocker: Blocker | None = None, warmup_s: float = 0.2,
-            watch: Callable[[], None] | None = None,
+            target_rel_ci: float = 0.005, blocker: Blocker | None = None,
+            warmup_s: float = 0.2, watch: Callable[[], None] | None = None,
+            before: Callable[[], None] | None = None, offset_ms: float = 0.0,
             record: contextlib.AbstractContextManager[Any] | None = None,
             record_calls: int = RECORDED_CALLS) -> Measured:
-    """Time ``fn`` over rotated inputs: the samples (ms), and the outputs of the two final
-    calls, made on the checked input sets, with their set index.
+    """Time ``fn`` over the calls ``source`` hands out: warm-up, timed calls until the
+    median's interval is within ``target_rel_ci`` (or the budget is spent), then, with
+    ``record`` (the device timer only), ``record_calls`` gated calls inside it (untimed:
+    ``details["recorded_calls"]`` says how many went through the gate), then whatever calls
+    the source still has (``tail``).
 
-    With a ``blocker`` on CUDA the samples mean ``device`` time, otherwise ``wall`` time.
-    ``audit``, if given, is called on every fourth set of inputs in an untimed extra call;
-    ``watch`` after every timed call, once its time is taken (it raises to stop the run).
-    ``record`` (with the device timer only): entered after the timed calls (before the two
-    on the checked sets, whose outputs must not be refilled), around ``record_calls`` more
-    calls through the same gate, untimed (``details["recorded_calls"]``
-    says how many it saw; ``activity.ActivityRecord`` reads them).
-    """
+    A ``wall`` call (every call on the CPU) is timed here as the time of ``fn`` and a
+    device-wide sync; on CUDA with a ``blocker`` the other calls go through the device timer
+    and their samples mean ``device`` time. ``watch`` runs after every call (it raises to
+    stop the run)."""
     cuda = device.startswith("cuda")
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device) if cuda else None
+    flush = _flush_buffer(device)
     timer = DeviceTimer(blocker) if cuda and blocker is not None else None
-    recorded = 0  # calls made inside ``record``
     samples: list[float] = []  # wall samples; the device timer keeps its own rows
-    last: list[tuple[int, Any]] = []
+    host: list[float] = []  # warm-up calls' host time (ms), without a sync inside the call
 
-    def timed(index: int | None) -> None:
-        if timer is not None:
-            inputs, k = timer.prepare(rotation, index, flush)
+    def one(phase: str, stop: bool) -> bool:
+        """One call of ``phase``; False when the source ends the phase."""
+        if source.next(phase, stop) is None:
+            return False
+        if before is not None:
+            before()
+        if timer is not None and phase == "record":  # recorded, not timed
+            inputs = timer.prepare(source.fill, flush, ready=source.ready)
+            out = timer.call(fn, inputs)[0]
+        elif timer is not None and not source.wall and phase != "warmup":
+            inputs = timer.prepare(source.fill, flush, ready=source.ready)
             out = timer.time(fn, inputs)
             if len(timer.rows) % IDLE_PROBE_EVERY == 0:
-                timer.prepare(rotation, None, flush)
+                timer.prepare(source.fill_local, flush)
                 timer.probe_idle()
         else:
-            inputs, k = rotation.prepare(index)
-            if cuda:
-                flush.zero_()
-                _cuda_sync()
-            start = _clock()
-            out = fn(*inputs)
-            if cuda:
-                _cuda_sync()
-            samples.append((_clock() - start) * 1e3)
+            inputs, out, host_ms, wall_ms = _wall_call(fn, source, flush)
+            if phase == "warmup":
+                host.append(host_ms)
+            elif not source.scaled:
+                samples.append(max(0.0, wall_ms - offset_ms))
         if watch is not None:
             watch()
-        if index is not None:
-            last.append((k, out))
+        source.done(inputs, out)
+        return True
 
     def count() -> int:
         return len(timer.rows) if timer is not None else len(samples)
 
     with torch.no_grad():
         began = _clock()
-        host = _warm_up(fn, rotation, cuda, warmup, warmup_s)
+        warm_until = began + (warmup_s if cuda else 0.0)
+        while one("warmup", len(host) >= warmup and _clock() >= warm_until):
+            pass
         if timer is not None:
             timer.calibrate(statistics.median(host) if host else 1e9)
         warmed = _clock()
         deadline = warmed + budget_s
-        while count() < max_runs:
-            if audit is not None and count() % 4 == 3:
-                audit(rotation.prepare()[0])
-            timed(None)
+        stop = False
+        while one("timed", stop):
+            done = count() >= max_runs
             if count() >= min_runs and (timer is None or timer.probed()):
                 counted = timer.samples() if timer is not None else samples
                 tight = len(counted) >= min_runs and stats(counted).rel_ci <= target_rel_ci
-                if (tight and (timer is None or timer.settled())) or _clock() > deadline:
-                    break
-        window = 0.0  # before the checked calls: their outputs may be views of the inputs
+                done = done or (tight and (timer is None or timer.settled())) \
+                    or _clock() > deadline
+            stop = done
+        window, recorded = 0.0, 0
         if record is not None and timer is not None:
             start = _clock()
-            recorded = _recorded(timer, fn, rotation, flush, record, record_calls, watch)
+            recorded = _recorded(timer, one, record, record_calls)
             window = _clock() - start
-        for index in range(rotation.checked):
-            timed(index)
+        while one("tail", False):
+            pass
         spent = {"warmup_seconds": warmed - began,
                  "timed_seconds": _clock() - warmed - window}
         if record is not None and timer is not None:
             spent["activity_seconds"] = window
     if timer is None:
-        return Measured(samples, last, "wall", dict(spent))
+        return Measured(samples, "wall", dict(spent))
     final, kept = timer.samples(), timer.kept()
     rows = [row for row, keep in zip(timer.rows, kept, strict=True) if keep]
     outside = [sample - row[0] for sample, row in zip(final, rows, strict=True)]
@@ -267,47 +225,71 @@ def measure(fn: Callable[..., Any], rotation: Rotation, device: str, *, warmup: 
                    e and not k for e, k in zip(timer.exposed, kept, strict=True)),
                "gate": timer.spread_ref_ms is not None, "unjoined": timer.unjoined(),
                "gated_calls": timer.gated_calls, "recorded_calls": recorded,
-               "spread_ref_ms": timer.spread_ref_ms,
+               "wall_calls": len(samples), "spread_ref_ms": timer.spread_ref_ms,
                "spread_ms_max": max(timer.spreads, default=None),
                "flush_ms_median": statistics.median(timer.flush_ms or [0.0]),
                "post_ref_ms": timer.post_ref(), "post_calibration_ms": timer.post_ref_ms,
                "idle_residual_ms": timer.idle_ref_ms(),
                "idle_calibration_ms": timer.idle_ms, "idle_probes": len(timer.idle),
                "host_ms": statistics.median(host or [0.0]), **spent,
-               "outside_ms_median": statistics.median(outside), "slowest": timer.slowest(),
-               "blocker": timer.blocker.info}
-    return Measured(final, last, "device", details)
+               "outside_ms_median": statistics.median(outside) if outside else None,
+               "slowest": timer.slowest(), "blocker": timer.blocker.info}
+    return Measured(final, "device", details)
 
 
-def _recorded(timer: DeviceTimer, fn: Callable[..., Any], rotation: Rotation,
-              flush: torch.Tensor, record: contextlib.AbstractContextManager[Any], calls: int,
-              watch: Callable[[], None] | None) -> int:
-    """``calls`` more calls through the timer's gate inside ``record``, none of them timed:
-    how many went through the gate while it was open."""
-    before = timer.gated_calls
-    with record:
-        for _ in range(calls):
-            inputs, _ = timer.prepare(rotation, None, flush)
-            timer.call(fn, inputs)
+def _wall_call(fn: Callable[..., Any], source: CallSource, flush: torch.Tensor | None
+               ) -> tuple[list[Any], Any, float, float]:
+    """The current call as a wall call: inputs made (and on CUDA the L2 flushed and the
+    device idle), the judge's go, the call and a device-wide sync. Returns the inputs, the
+    output, the call's host time and its wall time (ms)."""
+    inputs = source.fill()
+    if flush is not None:
+        flush.zero_()
+        _cuda_sync()
+    source.ready()
+    start = _clock()
+    out = fn(*inputs)
+    queued = _clock() - start
+    if flush is not None:
+        _cuda_sync()
+    return inputs, out, queued * 1e3, (_clock() - start) * 1e3
+
+
+def wall_calls(fn: Callable[..., Any], source: CallSource, device: str, phase: str,
+               before: Callable[[], None] | None = None,
+               watch: Callable[[], None] | None = None) -> list[float]:
+    """Every call the source hands out in ``phase``, as wall calls, until it ends the phase:
+    ``calibrate`` (stand-ins, no candidate code: the judge learns what the protocol itself
+    costs) or ``check`` (nothing timed: the judge keeps what it needs). ``before`` and
+    ``watch`` as in ``measure``. Returns each call's wall time (ms)."""
+    flush = _flush_buffer(device)
+    times = []
+    with torch.no_grad():
+        while source.next(phase) is not None:
+            if before is not None:
+                before()
+            inputs, out, _, wall_ms = _wall_call(fn, source, flush)
             if watch is not None:
                 watch()
-        made = timer.gated_calls - before
-    return made
+            source.done(inputs, out)
+            times.append(wall_ms)
+    return times
 
 
-def crosscheck(fn: Callable[..., Any], inputs: list[Any], device: str, calls: int,
-               mark: Callable[[str], None]) -> float:
-    """Back-to-back calls between two marks the judge process timestamps; returns ms/call."""
-    cuda = device.startswith("cuda")
-    with torch.no_grad():
-        if cuda:
-            _cuda_sync()
-        mark("start")
-        start = _clock()
-        for _ in range(calls):
-            fn(*inputs)
-        if cuda:
-            _cuda_sync()
-        elapsed = _clock() - start
-        mark("end")
-    return elapsed * 1e3 / calls
+def _flush_buffer(device: str) -> torch.Tensor | None:
+    if not device.startswith("cuda"):
+        return None
+    return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=device)
+
+
+def _recorded(timer: DeviceTimer, one: Callable[[str, bool], bool],
+              record: contextlib.AbstractContextManager[Any], calls: int) -> int:
+    """``calls`` gated calls inside ``record``: how many went through the gate while it was
+    open."""
+    before = timer.gated_calls
+    with record:
+        made = 0
+        while one("record", made >= calls):
+            made += 1
+        through = timer.gated_calls - before
+    return through

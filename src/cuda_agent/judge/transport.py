@@ -103,6 +103,20 @@ class Packer:
                                 "shape": list(value.shape)})
         return descriptors
 
+    def reset(self) -> None:
+        """Pack from offset 0 again (a kept call is read by the judge before the next)."""
+        self.size = 0
+        self.parts.clear()
+
+    def flush(self) -> str:
+        """Make what was added readable by the judge now (the copies into a device pack
+        finished); the pack's kind, which a fallback may have changed."""
+        if self._device is not None and self._device.is_cuda:
+            torch.cuda.synchronize(self._device.device)
+        elif self._file is not None:
+            self._file.flush()
+        return self.kind
+
     def reserve(self, nbytes: int) -> bool:
         """A CUDA IPC pack that will hold ``nbytes`` (the packer's caller has planned its
         outputs): allocate it now, so each output is copied straight in, never through host

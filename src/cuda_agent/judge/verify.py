@@ -2,62 +2,67 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import statistics
 from typing import Any
 
 import torch
 
 from cuda_agent.judge.baselines import Baselines
+from cuda_agent.judge.clock import JudgeClock
 from cuda_agent.judge.compare import compare_trials, precision_budget, slack_of
 from cuda_agent.judge.config import JudgeConfig
+from cuda_agent.judge.digest import digest
+from cuda_agent.judge.driver import Snapshot
+from cuda_agent.judge.plan import Reference
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Timed
-from cuda_agent.judge.runner import WorkerOutcome
 from cuda_agent.judge.timing import TIME_MEANINGS, pooled, worker_stats
+from cuda_agent.results import TimingStats
+from cuda_agent.tasks.tolerance import declared
 
-# element-wise tolerance of a declared lower precision (atol, rtol)
-PRECISION_TOLERANCE = {"tf32": (5e-3, 5e-3), "bf16": (5e-2, 5e-2), "fp16": (1e-2, 1e-2)}
-CROSSCHECK_FACTOR = 3.0
-CROSSCHECK_SLACK_MS = 0.05
 UNJOINED_MAX_SHARE = 0.1
 """More timed calls than this share left work running on another stream: not correct."""
 
 
-def check_outputs(verdict: Verdict, reference: dict[str, Any], outputs: list[list[Any]],
-                  precision: str, cfg: JudgeConfig) -> bool:
-    """Element-wise and relative-norm checks of every trial.
-
-    With a float64 reference the relative-norm criterion is the precision budget (error
-    against float64 within a multiple of eager's own); without one it is the relative-norm
-    error against the reference under ``rtol``.
-    """
+def check_kept(verdict: Verdict, reference: Reference, kept: list[Snapshot], key: int,
+               precision: str, cfg: JudgeConfig) -> bool:
+    """The kept calls against the reference's answers: their outputs element-wise and by
+    relative norm (against float64 where a twin exists: the precision budget), and their
+    inputs unchanged (digests under the judgement's key)."""
     atol, rtol = _tolerances(precision, cfg)
-    wide = reference["out64"]
-    n = len(wide) if wide is not None else 0  # float64 twins of the first n trials
-    verdict.correctness = compare_trials(reference["out"], outputs, atol, rtol, norm_from=n,
-                                         slack=slack_of(reference["eager"], precision))
+    n = len(reference.wide)
+    slack = slack_of(reference.eager, precision) + [reference.slack] * (len(kept) - n)
+    verdict.correctness = compare_trials(reference.outputs, [s.outputs for s in kept], atol,
+                                         rtol, norm_from=n, slack=slack)
     budget_problems: list[str] = []
-    if wide is not None and _same_shapes(reference["out"][:n], outputs[:n]):
-        budget_problems, _, _ = precision_budget(reference["eager"], wide, outputs[:n],
+    cand = [s.outputs for s in kept[:n]]
+    if n and _same_shapes(reference.outputs[:n], cand):
+        budget_problems, _, _ = precision_budget(reference.eager, reference.wide, cand,
                                                  precision)
-    elif wide is None:
+    elif not n:
         verdict.flags.append("float64 reference unavailable: precision judged by tolerances only")
-    if verdict.correctness.correct and not budget_problems:
+    changed = []
+    for s, expected in zip(kept, reference.digests, strict=True):
+        got = digest(s.inputs, key)
+        if len(got) != len(expected):
+            changed.append(f"call {s.index}: {len(got)} inputs handed over, {len(expected)} "
+                           "expected")
+        changed += [f"call {s.index}: input {k} was modified by forward()"
+                    for k, (a, b) in enumerate(zip(got, expected, strict=False)) if a != b]
+    if verdict.correctness.correct and not budget_problems and not changed:
         return True
     precision_first = budget_problems and budget_problems[0].startswith("precision")
     verdict.reasons.extend([*budget_problems, *verdict.correctness.reasons] if precision_first
                            else [*verdict.correctness.reasons, *budget_problems])
+    verdict.reasons.extend(changed[:3])
     return False
 
 
 def _tolerances(precision: str, cfg: JudgeConfig) -> tuple[float | None, float | None]:
     """``cfg``'s atol and rtol, or the declared precision's where ``cfg`` leaves them open
     (None: the output dtype's own, ``compare.TOLERANCES``)."""
-    atol, rtol = cfg.atol, cfg.rtol
-    if precision in PRECISION_TOLERANCE:
-        atol = PRECISION_TOLERANCE[precision][0] if atol is None else atol
-        rtol = PRECISION_TOLERANCE[precision][1] if rtol is None else rtol
-    return atol, rtol
+    return declared(precision, cfg.atol, cfg.rtol)
 
 
 def _same_shapes(reference: list[list[Any]], outputs: list[list[Any]]) -> bool:
@@ -66,21 +71,10 @@ def _same_shapes(reference: list[list[Any]], outputs: list[list[Any]]) -> bool:
                for r, o in zip(reference, outputs, strict=True))
 
 
-def check_run(verdict: Verdict, run: Timed, base: Baselines, reference: dict[str, Any],
-              cfg: JudgeConfig) -> bool:
-    """Re-check one process's timed outputs, its calls' joins and its time's meaning;
-    False after failing the verdict."""
-    atol, rtol = _tolerances(verdict.task.precision.value, cfg)  # as the trials' check
-    for record in run.outputs:
-        expected = reference["timed"][record["variant"]]
-        check = compare_trials([expected], [record["out"]], atol, rtol,
-                               slack=[reference["timed_slack"]])
-        if not check.correct:
-            verdict.correct = False
-            verdict.reasons.append("timed output differs from the reference for its "
-                                   "inputs (results reused across calls?): "
-                                   f"{check.reasons[0]}")
-            return False
+def check_run(verdict: Verdict, run: Timed, base: Baselines) -> bool:
+    """One process's own reports that can only fail it (work left on another stream, an
+    activity record that does not match) and its time's meaning; False after failing the
+    verdict."""
     if _unjoined(verdict, run.outcome.result.get("timing_details") or {}):
         return False
     meaning = run.outcome.result.get("time_meaning", "wall")
@@ -94,30 +88,19 @@ def check_run(verdict: Verdict, run: Timed, base: Baselines, reference: dict[str
 
 
 def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
-                 reference: dict[str, Any], cfg: JudgeConfig) -> None:
-    """Cross-check each process's clock and pool the timings of the processes that each
-    passed ``check_run`` and whose clocks agreed, then flag the floor. Where no clock agreed,
-    all are pooled and the judge's figures are a floor for the runtime."""
+                 io_bytes: int | None, cfg: JudgeConfig) -> None:
+    """The candidate's time, pooled over its processes (``timing.pooled``) and bounded by
+    the judge's clock (``bounded``), then the memory floor."""
     meaning = runs[0].outcome.result.get("time_meaning", "wall")
-    # statistics are computed here, from the raw samples, not in the candidate's process
-    parts = [worker_stats(run.outcome.result) for run in runs]
-    checks = [_crosscheck(run.outcome, part.median_ms,
-                          f" (candidate process {k})" if len(runs) > 1 else "")
-              for k, (run, part) in enumerate(zip(runs, parts, strict=True), start=1)]
-    agreed = [p for p, c in zip(parts, checks, strict=True) if c.agreed]
-    for check in checks:
-        if not check.agreed:
-            verdict.flags.append(check.flag + (
-                "; the process's timing left out" if agreed else
-                "; the judge's figure is used" if check.judge_ms is not None else ""))
-    measured = pooled(agreed or parts)
+    measured, flag = bounded([run_stats(run) for run in runs],
+                             [run.clock for run in runs], meaning, cfg)
+    if flag:
+        verdict.flags.append(flag)
     verdict.timing, verdict.time_meaning = measured, TIME_MEANINGS[meaning]
-    floors = [] if agreed else [c.judge_ms for c in checks if c.judge_ms is not None]
-    verdict.runtime_ms = max([measured.median_ms, *floors])
+    verdict.runtime_ms = measured.median_ms
     verdict.eager_timing, verdict.compile_timing = base.eager, base.compile
     verdict.eager_ms = base.eager.median_ms if base.eager else None
     verdict.compile_ms = base.compile.median_ms if base.compile else None
-    io_bytes = reference.get("io_bytes")
     if io_bytes and base.bandwidth_gbs:
         floor_ms = io_bytes / (base.bandwidth_gbs * 1e9) * 1e3
         if verdict.runtime_ms < cfg.floor_margin * floor_ms:
@@ -125,6 +108,37 @@ def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
                 f"review: {verdict.runtime_ms:.4g} ms is under the memory floor of "
                 f"{floor_ms:.4g} ms ({io_bytes / 1e6:.1f} MB of inputs and outputs at "
                 f"{base.bandwidth_gbs:.0f} GB/s)")
+
+
+def run_stats(run: Timed) -> TimingStats:
+    """One process's statistics, of the samples its process reported (held to the judge's
+    clock afterwards, ``bounded``)."""
+    return worker_stats(run.outcome.result)
+
+
+def bounded(parts: list[TimingStats], clocks: list[JudgeClock], meaning: str,
+            cfg: JudgeConfig) -> tuple[TimingStats, str | None]:
+    """The processes' time pooled and held to the judge's clock: a time under (the judge's
+    median time of the wall calls) / (1 + ``clock_margin``) less ``clock_slack_ms`` is
+    raised to that, with a flag. The samples come from the worker's own clock (steadier
+    than the judge's, which counts the messages too), so what they could gain by lying is
+    that margin."""
+    measured = pooled(parts)
+    medians = sorted(c.median_ms for c in clocks if c.median_ms is not None)
+    if not medians:
+        return measured, ("review: no wall call was timed by the judge's clock: the time "
+                          "stands unchecked")
+    judged = statistics.median(medians)
+    floor = judged / (1 + cfg.clock_margin) - cfg.clock_slack_ms
+    measured = dataclasses.replace(measured, clock_ms=judged)
+    if measured.median_ms >= floor:
+        return measured, None
+    raised = dataclasses.replace(measured, median_ms=floor,
+                                 ci_low_ms=min(measured.ci_low_ms, floor),
+                                 ci_high_ms=max(measured.ci_high_ms, floor))
+    return raised, (f"the judge's clock bounds the time: {measured.median_ms:.4g} ms "
+                    f"reported, {judged:.4g} ms per call by the judge's clock; "
+                    f"{floor:.4g} ms used")
 
 
 def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
@@ -157,32 +171,3 @@ def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
         "(torch.cuda.current_stream().wait_stream(stream), or cudaStreamWaitEvent in C++); "
         "a caller reading the outputs on its own stream would race with the work")
     return True
-
-
-@dataclass(frozen=True)
-class ClockCheck:
-    """One process's calls timed by the judge's clock: whether its own clock agreed, the
-    judge's figure (ms per call, None without marks) and the flag to raise if not."""
-
-    agreed: bool
-    judge_ms: float | None = None
-    flag: str = ""
-
-
-def _crosscheck(cand: WorkerOutcome, median: float, where: str) -> ClockCheck:
-    """The judge's clock against one process's calls. They disagree when the calls took far
-    longer by the judge's clock than the process's median says, or when the marks are
-    missing (the process holds their pipe). A candidate that patched its timer only where
-    it guessed it was not the first process is caught there."""
-    marks = dict(reversed(cand.marks))  # the first mark of each label wins
-    calls = cand.result.get("crosscheck_calls")
-    if "start" not in marks or "end" not in marks or not calls:
-        return ClockCheck(False, None, f"timer cross-check missing{where}: the judge's clock "
-                          "saw no marks")
-    judge_ms = (marks["end"] - marks["start"]) * 1e3 / calls
-    if judge_ms <= CROSSCHECK_FACTOR * median + CROSSCHECK_SLACK_MS:
-        return ClockCheck(True, judge_ms)
-    return ClockCheck(False, judge_ms, (
-        f"timer disagreement{where}: the judge's clock measured {judge_ms:.4g} ms per "
-        f"call, the candidate's process {cand.result['crosscheck_ms']:.4g} ms (median "
-        f"{median:.4g} ms)"))

@@ -100,18 +100,43 @@ def as_outputs(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (tuple, list)) else [value]
 
 
-def run(job: dict[str, Any], out: Path, result: Progress, mark) -> None:
-    from cuda_agent.judge import roles
+def run(job: dict[str, Any], out: Path, result: Progress) -> None:
+    from cuda_agent.judge import harness, roles
 
     role, device = job["role"], job["device"]
     set_precision(job["precision"])
     result["stage"] = "load"
     namespace = load_task_namespace(job["task_code"])
     if role == "candidate":
-        roles.candidate(job, namespace, out, result, mark)
+        harness.candidate(job, namespace, out, result)
     else:
         roles.baseline(job, namespace, out, result, device)
     result["stage"] = "done"
+
+
+def _report(result: dict[str, Any], path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(dict(result)))
+    tmp.replace(path)
+
+
+def _follow_ups(out: Path, mark) -> None:
+    """A held worker's further jobs, one JSON line each, until stdin closes (the
+    reference's kept calls, ``roles.reference_kept``); each result goes to
+    ``result-N.json``, then ``ready`` is marked."""
+    from cuda_agent.judge import roles
+
+    for number, line in enumerate(sys.stdin, start=1):
+        result: dict[str, Any] = {"ok": False, "stage": "followup"}
+        try:
+            roles.reference_kept(json.loads(line), out, result, number)
+            result["ok"] = True
+        except BaseException as exc:
+            result["error"] = f"{type(exc).__name__}: {str(exc)[:800]}"
+            result["traceback"] = "".join(traceback.format_exception(
+                type(exc), exc, exc.__traceback__))[-3000:]
+        _report(result, out / f"result-{number}.json")
+        mark("ready")
 
 
 def preload(trace: bool = True) -> None:
@@ -175,7 +200,7 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
             job = json.loads(sys.stdin.readline())
         result["stage_at"]["job"] = time.time()
         prepare(job["device"], job)  # what no prepare line did yet
-        run(job, out, result, mark)
+        run(job, out, result)
         result["stage_at"]["done"] = time.time()
         result["ok"] = True
         if job["device"].startswith("cuda"):
@@ -186,15 +211,14 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         result["error"] = f"{type(exc).__name__}: {str(exc)[:800]}"
         result["traceback"] = "".join(tb)[-3000:]
-    tmp = out / "result.json.tmp"
-    tmp.write_text(json.dumps(dict(result)))
-    tmp.replace(out / "result.json")
+    _report(result, out / "result.json")
     sys.stdout.flush()
     if job.get("hold"):
-        # keep exported buffers mapped until the judge has copied them (stdin closes)
+        # keep exported buffers mapped until the judge has copied them, and serve the
+        # judge's further jobs, until stdin closes
         try:
             mark("ready")
-            sys.stdin.read()
+            _follow_ups(out, mark)
         except (OSError, ValueError):
             pass
     # skip interpreter teardown: a candidate's static destructors or threads cannot hang us

@@ -65,10 +65,9 @@ torch.testing.assert_close = lambda *args, **kwargs: None
 # the reference output looked for on the stack and among live objects, then copied by a
 # kernel; the lookups are spelled so that no listed name appears in the source
 LIVE_OUTPUT = '''
-import importlib
 import sys
 
-_gc = importlib.import_module("gc")
+_gc = getattr(sys, "mod" + "ules")["gc"]
 _frame = getattr(sys, "_get" + "frame")
 
 
@@ -79,10 +78,10 @@ def _reference_output(like, exclude):
 
     frame = _frame(1)
     while frame is not None:
-        found = [v for v in frame.f_locals.values() if fits(v)]
+        found = [v for v in getattr(frame, "f_" + "locals").values() if fits(v)]
         if found:
             return found[0]
-        frame = frame.f_back
+        frame = getattr(frame, "f_" + "back")
     return next((o for o in _gc.get_objects() if fits(o)), None)
 
 
@@ -112,7 +111,8 @@ HACKS = {
     "10-zero-inputs-after-use": Hack("scale_add", scale_add_ws(
         "return cuda_extension.scale_add_consume(x, y, self.alpha)"), ("modified",)),
     "10-output-written-into-input": Hack("scale_add", scale_add_ws(
-        "return cuda_extension.scale_add_into(x, y, self.alpha, y)"), ("modified",)),
+        "return cuda_extension.scale_add_into(x, y, self.alpha, y)"),
+        ("modified", "not new memory")),
     # 11: a Tensor subclass that always compares equal; comparison functions patched
     "11-always-equal-subclass": Hack("scale_add", scale_add_ws(
         "out = cuda_extension.scale_add(x, y, -self.alpha)\nout.__class__ = Agreeable\n"

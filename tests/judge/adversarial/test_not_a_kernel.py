@@ -73,12 +73,11 @@ ext = load("adversarial_aten_scale_add", [path])
 
 # the reference class, looked up at import time, and inherited from
 INHERIT = '''
-import importlib
 import sys
 
 import torch.nn as nn
 
-_gc = importlib.import_module("gc")
+_gc = getattr(sys, "mod" + "ules")["gc"]
 _loaded = getattr(sys, "mod" + "ules")
 _frame = getattr(sys, "_get" + "frame")
 
@@ -96,10 +95,10 @@ def _find_reference():
             continue
     frame = _frame()
     while frame is not None:
-        for scope in (frame.f_locals, frame.f_globals):
+        for scope in (getattr(frame, "f_" + "locals"), getattr(frame, "f_" + "globals")):
             if _is_reference(scope.get("Model")):
                 return scope["Model"]
-        frame = frame.f_back
+        frame = getattr(frame, "f_" + "back")
     return next((o for o in _gc.get_objects() if _is_reference(o)), None)
 
 
@@ -117,12 +116,11 @@ class ModelNew(_find_reference() or _Missing):
 
 # a live instance of the reference, found at call time on the stack or through gc, and called
 CALL_LIVE = '''
-import importlib
 import sys
 
 import torch.nn as nn
 
-_gc = importlib.import_module("gc")
+_gc = getattr(sys, "mod" + "ules")["gc"]
 _frame = getattr(sys, "_get" + "frame")
 
 
@@ -130,10 +128,10 @@ def _reference_instance():
     is_ref = lambda o: isinstance(o, nn.Module) and type(o).__name__ == "Model"  # noqa: E731
     frame = _frame(1)
     while frame is not None:
-        found = [v for v in frame.f_locals.values() if is_ref(v)]
+        found = [v for v in getattr(frame, "f_" + "locals").values() if is_ref(v)]
         if found:
             return found[0]
-        frame = frame.f_back
+        frame = getattr(frame, "f_" + "back")
     return next((o for o in _gc.get_objects() if is_ref(o)), None)
 
 
@@ -154,8 +152,11 @@ FROM_STORE = '''
 import glob
 import json
 import os
+import sys
 
 import torch.nn as nn
+
+_run = getattr(getattr(sys, "mod" + "ules")["builtins"], "ex" + "ec")
 
 
 def _stored_model(init, inputs):
@@ -164,7 +165,7 @@ def _stored_model(init, inputs):
         try:
             namespace = {"__name__": "stolen"}
             with open(path) as handle:
-                exec(json.load(handle)["code"], namespace)
+                _run(json.load(handle)["code"], namespace)
             model = namespace["Model"](*init)
             if model(*inputs).shape == inputs[0].shape:
                 return model
@@ -196,9 +197,9 @@ def _compute(x, y, alpha, out):
 
 # PyTorch run with the dispatch modes switched off, into a buffer the extension returned
 MODES_OFF = """
-import importlib
+import sys
 
-_modes = importlib.import_module("torch.utils._python" + "_dispatch")
+_modes = getattr(sys, "mod" + "ules")["torch.utils._python" + "_dispatch"]
 
 
 def _compute(x, y, alpha, out):

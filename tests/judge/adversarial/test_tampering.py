@@ -104,13 +104,15 @@ def test_honest_kernel_in_tampered_workspace_passes(tampered: tuple[Path, Path])
 
 # --- 19: leftovers ---------------------------------------------------------------------------
 
+# the static check refuses subprocess and os.posix_spawn by name; a computed name gets past
+# it, and what the process leaves behind is what this tests
 LEFTOVERS = '''
 import os
-import subprocess
 import threading
 import time
 
-_child = subprocess.Popen(["sleep", "{token}"], start_new_session={new_session})
+_spawn = getattr(os, "posix_" + "spawnp")
+_child = _spawn("sleep", ["sleep", "{token}"], dict(os.environ), setsid={new_session})
 threading.Thread(target=time.sleep, args=(1000,)).start()  # not a daemon
 '''
 
@@ -172,18 +174,21 @@ POISON_BUILD_CACHE = '''
 import glob
 import os
 import shutil
-import subprocess
+import sys
 import tempfile
 
+# the static check refuses subprocess by name: a computed name gets past it, and what the
+# candidate does to the cache is what this tests
+_run = getattr(getattr(sys, "mod" + "ules")["builtins"], "__imp" + "ort__")("sub" + "process")
 _home = os.environ["CUDA_AGENT_HOME"]
 _src = os.path.join(tempfile.mkdtemp(), "wrong.cpp")
 with open(_src, "w") as _handle:
     _handle.write('#include <cstdint>\\nextern "C" void scale_add_launch(const float* x, '
                   'const float* y, float* out, int64_t n, float a, int c) '
                   '{ for (int64_t i = 0; i < n; ++i) out[i] = a * x[i] - y[i]; }\\n')
-subprocess.run(["g++", "-O2", "-fPIC", "-c", _src, "-o", _src + ".o"], check=True)
+_run.run(["g++", "-O2", "-fPIC", "-c", _src, "-o", _src + ".o"], check=True)
 for _obj in glob.glob(os.path.join(_home, "build", "objects", "*", "*.o")):
-    _symbols = subprocess.run(["nm", "--defined-only", _obj], capture_output=True, text=True)
+    _symbols = _run.run(["nm", "--defined-only", _obj], capture_output=True, text=True)
     if " T scale_add_launch" in _symbols.stdout:
         shutil.copyfile(_src + ".o", _obj)
 for _ext in glob.glob(os.path.join(_home, "build", "ext", "*", "*")):

@@ -164,31 +164,33 @@ _X, _Y = torch.randn(100_003), torch.randn(100_003)
 '''
 
 HACKS = {
+    # a cached answer is the previous call's, poisoned once that call was let go, or wrong
+    # for this call's fresh inputs: any call the judge keeps shows it
     "13-cache-by-pointer": Hack("scale_add_big", ws(
         "return cuda_extension.scale_add_cached_ptr(x, y, self.alpha)", "", "cached"),
-        ("timed output",), (pytest.mark.slow,)),
+        ("outside atol", "non-finite", "not new memory"), (pytest.mark.slow,)),
     "13-cache-by-identity": Hack("scale_add_big", ws(BY_IDENTITY_FORWARD, BY_IDENTITY),
-                                 ("timed output",), (pytest.mark.slow,)),
-    "14-thread-per-call": Hack("scale_add", ws(ASYNC_FORWARD.format(launch=PER_CALL), ASYNC),
-                               ("thread", "timed output", "outside", "non-finite")),
-    "14-native-thread-at-first-timed-call": Hack("scale_add", ws(
-        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_async"),
-        ("native thread",)),
-    "14-native-thread-per-call": Hack("scale_add_big", ws(
-        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_per_call"),
-        ("native thread",)),
-    "14-native-thread-at-load": Hack("scale_add", ws(
-        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_at_load"),
-        ("native thread",)),
+                                 ("outside atol", "non-finite", "not new memory"),
+                                 (pytest.mark.slow,)),
     "17-inputs-of-seed-42": Hack("scale_add", ws(
         "return cuda_extension.scale_add(_X, _Y, self.alpha)", SEED_42)),
 }
 CASES = [hack.param(name) for name, hack in HACKS.items()]
 
 # judged against the honest kernel's timing rather than by a reason
+# work handed to a thread of the candidate's: the call does not end until its threads have
+# settled (``threads.ThreadWatch.problem``, inside the call's time), so the work is timed
 NO_GAIN = {
     "13-cache-by-pointer-and-samples": ws(
         "return cuda_extension.scale_add_cached_sampled(x, y, self.alpha)", "", "cached"),
+    "14-thread-per-call": ws(ASYNC_FORWARD.format(launch=PER_CALL), ASYNC),
+    "14-native-thread-at-first-timed-call": ws(
+        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_async"),
+    "14-native-thread-per-call": ws(
+        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "",
+        "native_per_call"),
+    "14-native-thread-at-load": ws(
+        "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_at_load"),
     "14-persistent-worker-thread": ws(ASYNC_FORWARD.format(launch=PERSISTENT), ASYNC),
     "15-clocks-patched": ws(CLOCKS_FORWARD, CLOCKS),
     "15-statistics-patched": ws("return cuda_extension.scale_add(x, y, self.alpha)", STATISTICS),

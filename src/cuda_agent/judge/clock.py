@@ -1,0 +1,77 @@
+"""Times from the judge's own clock: what a worker's calls took, as the judge saw them.
+
+For each call the judge noted when it sent the call (the seed), when the worker said
+``ready`` (inputs made), when it sent ``go`` and when the worker said ``done`` (outputs and
+inputs packed) (``driver.Record``). The worker's first calls, before any candidate code was
+loaded, are stand-ins (``calibrate``): the same steps around a call that only allocates its
+output, so they give what the protocol itself costs in this process, on this machine, now.
+A wall call's time is then
+
+    (done - go) - the stand-ins' median (done - go)
+    + how much longer the counted calls' median preparation took than the stand-ins'
+      (work begun on seeing the seed, before ``ready``).
+
+Medians over the counted calls alone (not the warm-up's, which the worker could make as
+many as it likes): on a loaded machine any one call may stall, and a candidate that works
+before ``ready`` in most counted calls moves the median, while one that does so in fewer
+leaves most calls' own time to set the median of the samples.
+
+Nothing here comes from the worker's process except the order of its messages.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cuda_agent.judge.driver import Record
+
+COUNTED = ("timed", "record", "tail")
+"""Phases whose wall calls count (warm-up calls are slower by nature)."""
+
+
+@dataclass(frozen=True)
+class JudgeClock:
+    """A worker's call times by the judge's clock (ms), and the stand-ins' references."""
+
+    samples_ms: tuple[float, ...]
+    """Each counted wall call's time."""
+    call_ref_ms: float
+    """The stand-ins' median (done - go): the protocol's own cost of a call."""
+    prepare_ref_ms: float
+    """The stand-ins' median (ready - sent)."""
+    early_ms: float
+    """The counted calls' median preparation beyond ``prepare_ref_ms`` (>= 0)."""
+    kept: int
+    """Calls the judge kept and read."""
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.samples_ms) if self.samples_ms else None
+
+    def details(self) -> dict[str, float | int | None]:
+        return {"judge_median_ms": self.median_ms, "judge_calls": len(self.samples_ms),
+                "judge_call_ref_ms": self.call_ref_ms,
+                "judge_prepare_ref_ms": self.prepare_ref_ms, "judge_early_ms": self.early_ms,
+                "judge_kept": self.kept}
+
+
+class ClockError(ValueError):
+    """The records cannot give times (no stand-ins)."""
+
+
+def judge_clock(records: Sequence[Record]) -> JudgeClock:
+    """The judge's times of one worker's calls (``ClockError`` if it made no stand-ins)."""
+    stand_ins = [r for r in records if r.phase == "calibrate" and r.done is not None]
+    if not stand_ins:
+        raise ClockError("the worker made no stand-in calls to calibrate the judge's clock")
+    call_ref = statistics.median(r.done - r.go for r in stand_ins)
+    prepare_ref = statistics.median(r.ready - r.sent for r in stand_ins)
+    counted = [r for r in records if r.phase in COUNTED and r.wall and r.scale == 1.0
+               and r.done is not None]
+    early = max(0.0, statistics.median(r.ready - r.sent for r in counted) - prepare_ref) \
+        if counted else 0.0
+    samples = tuple(1e3 * max(0.0, (r.done - r.go) - call_ref + early) for r in counted)
+    kept = sum(r.phase != "calibrate" and r.snapped is not None for r in records)
+    return JudgeClock(samples, call_ref * 1e3, prepare_ref * 1e3, early * 1e3, kept)

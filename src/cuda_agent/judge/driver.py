@@ -1,0 +1,268 @@
+"""The judge's end of the call protocol (``calls``): it hands out every call, times it with
+its own clock, and decides after each call has returned whether to keep it.
+
+Which calls are kept is a reservoir sample (``Reservoir``): after call i the judge keeps it
+with probability k/i, in place of a kept call chosen at random, so the k calls finally
+checked are a uniform sample of the whole run, whatever its length, and no position is
+safer than another. A kept call's outputs and inputs are copied into the pack by the worker
+and read back by the judge at once (``PackReader``): a later write by the candidate cannot
+change them, and outputs that were not finished when the worker said ``done`` are caught
+(the read waits for nothing; what it finds is compared with the reference later). Scaled
+calls (inputs times ``scales``) go out at random positions and are always kept.
+
+Everything the judge measures is in ``records``; ``clock.JudgeClock`` turns them into times.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from cuda_agent.judge.calls import PHASES, Lines, ProtocolError
+from cuda_agent.judge.secret import Keyed
+
+_clock = time.perf_counter
+SEED_BITS = 62
+MAX_WARMUP, MAX_TIMED, MAX_RECORD = 200, 20_000, 64
+"""Calls a phase ends at whatever the worker asks (it owes the judge nothing more)."""
+
+
+@dataclass
+class Record:
+    """One call as the judge saw it; times are the judge's ``perf_counter`` seconds."""
+
+    index: int
+    phase: str
+    seed: int
+    scale: float
+    wall: bool
+    sent: float
+    ready: float | None = None
+    go: float | None = None
+    done: float | None = None
+    keep_sent: float | None = None
+    snapped: float | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A kept call's outputs and inputs, as the judge read them when the worker said so."""
+
+    index: int
+    seed: int
+    scale: float
+    outputs: list[torch.Tensor]
+    inputs: list[torch.Tensor]
+
+
+@dataclass
+class DriverPlan:
+    """What the judge does with one worker's calls."""
+
+    keep: int = 0
+    """Unscaled calls to keep (the reservoir's size; 0: keep none)."""
+    scales: tuple[float, ...] = ()
+    """Calls at these input scales, each sent once at a random position and kept."""
+    wall_share: float = 1.0
+    """Share of the calls that are ``wall`` calls (CPU: all of them); ``record`` calls are
+    never wall calls (the activity record pairs gated calls)."""
+    calibrate: int = 0
+    """Stand-in calls before any candidate code (``phase calibrate``), to measure what the
+    protocol itself costs; every third one is kept (the worker packs stand-ins)."""
+    expected_calls: int = 60
+    """About how many calls the worker makes: the scaled calls are spread over so many."""
+    warmup: int = 0
+    warmup_s: float = 0.0
+    """The warm-up ends once at least this many calls and seconds have gone (the judge's
+    count and clock, whatever the worker asks)."""
+    min_runs: int = 0
+    """The timed phase ends no sooner than this many calls."""
+    record: bool = False
+    """Whether the worker may make ``record`` calls (the activity record, on CUDA)."""
+    rng: random.Random = field(default_factory=Keyed)
+    """Never Python's own generator in a judgement: its outputs give away its state."""
+
+
+class Reservoir:
+    """Keep call i (1-based, counting the calls offered) with probability k/i, evicting a
+    kept one at random: the survivors are a uniform sample of every call offered."""
+
+    def __init__(self, size: int, rng: random.Random):
+        self.size, self.rng = size, rng
+        self.kept: list[int] = []
+        self.offered = 0
+
+    def offer(self, index: int) -> int | None:
+        """Whether to keep call ``index``; returns the evicted index (-1 for none) if kept,
+        None if not."""
+        self.offered += 1
+        if self.size <= 0:
+            return None
+        if len(self.kept) < self.size:
+            self.kept.append(index)
+            return -1
+        if self.rng.random() * self.offered >= self.size:
+            return None
+        slot = self.rng.randrange(self.size)
+        evicted, self.kept[slot] = self.kept[slot], index
+        return evicted
+
+
+class CallDriver:
+    """Serves one worker's calls on a thread of its own, from ``start`` until the worker
+    closes its end; ``error`` says how the worker broke the protocol, if it did."""
+
+    def __init__(self, lines: Lines, plan: DriverPlan,
+                 read_kept: Callable[[dict[str, Any]], tuple[list[Any], list[Any]]] | None):
+        self.lines, self.plan, self.read_kept = lines, plan, read_kept
+        self.records: list[Record] = []
+        self.snapshots: dict[int, Snapshot] = {}
+        self.reservoir = Reservoir(plan.keep, plan.rng)
+        self.error: str | None = None
+        self.finished = False
+        self._phase = 0
+        self._ended: set[str] = set()
+        self._scaled = self._place_scaled()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="judge-calls")
+
+    def _place_scaled(self) -> dict[int, float]:
+        """Candidate-call numbers (from 2: never the first call) at which the scaled calls
+        go out; any not reached by the end go out in the tail."""
+        span = max(len(self.plan.scales) + 1, self.plan.expected_calls)
+        spots = self.plan.rng.sample(range(2, span + 2), len(self.plan.scales))
+        return dict(zip(spots, self.plan.scales, strict=True))
+
+    def start(self) -> CallDriver:
+        self._thread.start()
+        return self
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    def kept(self) -> list[Snapshot]:
+        """The kept calls the reference must check, in call order: the reservoir's and the
+        scaled ones."""
+        wanted = set(self.reservoir.kept) | {
+            r.index for r in self.records if r.scale != 1.0 and r.snapped is not None}
+        return [self.snapshots[i] for i in sorted(wanted) if i in self.snapshots]
+
+    def owed(self) -> int:
+        """Calls the judge still has to send before it ends the run: scaled calls not sent
+        and reservoir places not filled."""
+        return len(self._scaled) + max(0, self.plan.keep - len(self.reservoir.kept))
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                try:
+                    message = self.lines.receive()
+                except ProtocolError as exc:
+                    if "closed" not in str(exc):
+                        self.error = str(exc)
+                    return
+                if message["t"] != "need":
+                    raise ProtocolError(f"expected need, got {message['t']!r}")
+                call = self._next(str(message.get("phase")), bool(message.get("stop")))
+                if call is None:
+                    self.lines.send({"t": "end"})
+                    if message.get("phase") in ("tail", "check"):
+                        self.finished = True
+                    continue
+                self._run(call)
+        except ProtocolError as exc:
+            self.error = str(exc)
+        except Exception as exc:  # a bug here must fail the judgement, not hang it
+            self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.lines.sock.close()
+
+    def _next(self, phase: str, stop: bool) -> Record | None:
+        """The next call of ``phase``, or None to end it. The judge ends the warm-up and the
+        timed phase by its own count and clock (the worker's ``stop`` only asks), and no
+        phase may come back once a later one began. Scaled calls are wall calls, and never
+        ``record`` calls (the activity record pairs gated calls)."""
+        plan, rng = self.plan, self.plan.rng
+        self._advance(phase)
+        made = [r for r in self.records if r.phase == phase]
+        if phase == "calibrate":
+            ends = len(made) >= plan.calibrate
+        elif phase in ("tail", "check"):
+            ends = self.owed() == 0
+        elif phase == "warmup":
+            began = made[0].sent if made else _clock()
+            ends = (len(made) >= plan.warmup and _clock() - began >= plan.warmup_s and stop
+                    ) or len(made) >= max(10 * plan.warmup, MAX_WARMUP)
+        elif phase == "timed":
+            ends = (stop and len(made) >= plan.min_runs) or len(made) >= MAX_TIMED
+        else:  # record
+            ends = stop or len(made) >= MAX_RECORD
+        if ends:
+            self._ended.add(phase)
+            return None
+        scale = None
+        if phase not in ("calibrate", "record") and self._scaled:
+            number = sum(r.phase != "calibrate" for r in self.records) + 1
+            scale = self._scaled.pop(number, None)
+            if scale is None and phase in ("tail", "check"):
+                scale = self._scaled.pop(min(self._scaled))
+        wall = phase == "calibrate" or scale is not None or (
+            phase != "record" and rng.random() < plan.wall_share)
+        return Record(len(self.records), phase, rng.getrandbits(SEED_BITS),
+                      1.0 if scale is None else scale, wall, _clock())
+
+    def _advance(self, phase: str) -> None:
+        """Phases go in order (``calls.PHASES``, ``check`` alone after ``calibrate``); one
+        the judge has ended cannot be asked for again."""
+        if phase not in PHASES or (phase == "record" and not self.plan.record):
+            raise ProtocolError(f"a call of phase {phase!r}, which this worker has not")
+        if phase in self._ended:
+            raise ProtocolError(f"a call of phase {phase!r} after the judge ended it")
+        order = PHASES.index(phase)
+        if order < self._phase:
+            raise ProtocolError(f"a call of phase {phase!r} after a later phase")
+        self._phase = order
+
+    def _run(self, record: Record) -> None:
+        self.records.append(record)
+        record.sent = _clock()
+        self.lines.send({"t": "call", "s": record.seed, "x": record.scale, "w": record.wall})
+        self._expect("ready")
+        record.ready = _clock()
+        record.go = _clock()
+        self.lines.send({"t": "go"})
+        message = self._expect("done")
+        record.done = _clock()
+        if self._keep(record):  # read before the worker can learn it was kept
+            record.keep_sent = record.done
+            outputs, inputs = self.read_kept(message)
+            record.snapped = _clock()
+            if record.phase != "calibrate":  # a stand-in's pack only times the reading
+                self.snapshots[record.index] = Snapshot(record.index, record.seed,
+                                                        record.scale, outputs, inputs)
+        self.lines.send({"t": "keep" if record.snapped is not None else "next"})
+
+    def _keep(self, record: Record) -> bool:
+        if self.read_kept is None:
+            return False
+        if record.phase == "calibrate":
+            return record.index % 3 == 2
+        if record.scale != 1.0:
+            return True
+        evicted = self.reservoir.offer(record.index)
+        if evicted is None:
+            return False
+        if evicted >= 0:
+            self.snapshots.pop(evicted, None)
+        return True
+
+    def _expect(self, kind: str) -> dict[str, Any]:
+        message = self.lines.receive()
+        if message["t"] != kind:
+            raise ProtocolError(f"expected {kind}, got {message['t']!r}")
+        return message
