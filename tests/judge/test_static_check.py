@@ -163,8 +163,7 @@ def test_names_that_only_look_like_routes_pass():
     source = (f"{HEAD}import os\n\ndef compile(model):\n    return model\n\n"
               "FAST = os.environ.get('FAST', '') + os.path.join('a', 'b')\n"
               "class ModelNew(nn.Module):\n    def forward(self, x):\n"
-              "        return cuda_extension.op(compile(x))\n\n"
-              "compiled = torch.compile(ModelNew)\n")
+              "        return cuda_extension.op(compile(x))\n")
     assert check_source(source) == []
 
 

@@ -90,6 +90,13 @@ BACKEND_ACCESSORS = re.compile(
     r"warp_size\(|getNumGPUs\(|is_available\(|canDeviceAccessPeer\(|getCUDADeviceAllocator\(|"
     r"\w*Stream\w*\()"
     r"|^at::cpu::(?:is_\w+|\w*cache\w*|init_amx|get_cpu_capability)\(")
+def compiled_kernel(plain: str) -> bool:
+    """A symbol built code defines that is PyTorch's arithmetic, compiled from the headers
+    torch ships (``at::native::serial_vec_log_softmax_lastdim_range<float>``): the dispatcher
+    never sees it, nor does a check of what the code imports."""
+    return bool(BACKENDS.match(plain)) and not BACKEND_ACCESSORS.match(plain)
+
+
 MATH_HANDLES = re.compile(r"^at::cuda::getCurrentCUDA(?:SolverDn|Sparse)Handle\(")
 TORCH_FRONTEND = re.compile(r"^torch::(?:nn|jit|optim|data|linalg|fft|special)::")
 TRACE_SWITCHES = re.compile(

@@ -110,9 +110,14 @@ def check_file(path: Path, policy: Policy, where: str | None = None) -> list[Pro
     path = Path(path)
     where = where or str(path)
     shared = _elf_type(path, where) == ELF_DYN
-    defined = {name for name, _ in _symbols(path, shared, undefined=False)}
+    defined_entries = _symbols(path, shared, undefined=False)
+    defined = {name for name, _ in defined_entries}
     problems = _judge(where, _symbols(path, shared, undefined=True), defined, policy,
                       linked=not shared)
+    problems += [Problem(where, symbol.plain, "PyTorch's own kernel, compiled in from its "
+                                              "headers", "defines")
+                 for symbol in _demangled(tuple(defined_entries))
+                 if symbol_rules.compiled_kernel(symbol.plain)]
     if shared:
         problems = [p for p in problems if not (p.symbol in callers.RUNTIME_CALLERS and
                                                 callers.runtime_only(path, p.symbol))]

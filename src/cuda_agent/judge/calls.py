@@ -41,6 +41,10 @@ class ProtocolError(RuntimeError):
     """The other side broke the call protocol (or went away)."""
 
 
+class Closed(ProtocolError):
+    """The other side ended (closed its end, or its process exited)."""
+
+
 @dataclass(frozen=True)
 class Call:
     """One call as the judge hands it out: its inputs' seed and scale, and whether it is a
@@ -70,7 +74,7 @@ class Lines:
         try:
             self.sock.sendall(data)
         except OSError as exc:
-            raise ProtocolError(f"the other side went away ({exc})") from None
+            raise Closed(f"the other side went away ({exc})") from None
 
     def receive(self) -> dict[str, Any]:
         while b"\n" not in self._buffer:
@@ -79,9 +83,9 @@ class Lines:
             try:
                 chunk = self.sock.recv(65536)
             except OSError as exc:
-                raise ProtocolError(f"the other side went away ({exc})") from None
+                raise Closed(f"the other side went away ({exc})") from None
             if not chunk:
-                raise ProtocolError("the other side closed the call socket")
+                raise Closed("the other side closed the call socket")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         if len(line) > MAX_LINE:

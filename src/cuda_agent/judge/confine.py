@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -88,11 +89,19 @@ def stage_candidate(worker: Worker, snapshot: Path, state: Path, kind: str, devi
     return fields
 
 
+INLINE_CACHE_BYTES = 1 << 30
+INLINE_CACHE_FILES = 4096
+"""The most a single-file candidate's compile cache may hold to be kept (the worker's folder
+is the candidate's to fill: a larger one is not kept)."""
+
+
 def keep_inline_cache(worker: Worker, snapshot: Path, kind: str) -> None:
     """After a file candidate ran confined: keep what it compiled for the next judgement of
-    the same source (the first compile of a source wins; nothing else is ever replaced)."""
+    the same source (the first compile of a source wins; nothing else is ever replaced).
+    Only regular files and folders are copied, never a link, within ``INLINE_CACHE_BYTES``
+    and ``INLINE_CACHE_FILES``; anything else and nothing is kept."""
     inline = worker.out_dir / "inline"
-    if kind != "file" or not worker.confined or not inline.is_dir():
+    if kind != "file" or not worker.confined or not _real_dir(inline):
         return
     cached = _inline_cache(snapshot)
     if cached.exists():
@@ -100,10 +109,47 @@ def keep_inline_cache(worker: Worker, snapshot: Path, kind: str) -> None:
     staging = cached.with_name(cached.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        shutil.copytree(inline, staging, symlinks=True)
-        staging.rename(cached)
+        if _copy_plain(inline, staging, [INLINE_CACHE_BYTES, INLINE_CACHE_FILES]):
+            staging.rename(cached)
     except OSError:
-        shutil.rmtree(staging, ignore_errors=True)
+        pass
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _real_dir(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _copy_plain(source: Path, target: Path, left: list[int]) -> bool:
+    """Copy the regular files and folders under ``source`` (no links, no special files)
+    while ``left`` (bytes, files) lasts; False, leaving a partial copy, when it does not."""
+    target.mkdir(parents=True)
+    with os.scandir(source) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if not _copy_plain(Path(entry.path), target / entry.name, left):
+                    return False
+            elif entry.is_file(follow_symlinks=False):
+                size = entry.stat(follow_symlinks=False).st_blocks * 512
+                left[0] -= max(size, entry.stat(follow_symlinks=False).st_size)
+                left[1] -= 1
+                if left[0] < 0 or left[1] < 0:
+                    return False
+                with open(entry.path, "rb", opener=_no_follow) as src, \
+                        open(target / entry.name, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                # times too: ninja rebuilds whatever looks newer than its output
+                shutil.copystat(entry.path, target / entry.name, follow_symlinks=False)
+            else:
+                return False
+    return True
+
+
+def _no_follow(path: str, flags: int) -> int:
+    return os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK)
 
 
 def lend_inline_cache(worker: Worker, snapshot: Path, kind: str) -> None:

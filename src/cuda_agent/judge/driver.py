@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from cuda_agent.judge.calls import PHASES, Lines, ProtocolError
+from cuda_agent.judge.calls import PHASES, Closed, Lines, ProtocolError
 from cuda_agent.judge.secret import Keyed
 
 _clock = time.perf_counter
@@ -160,12 +160,7 @@ class CallDriver:
     def _serve(self) -> None:
         try:
             while True:
-                try:
-                    message = self.lines.receive()
-                except ProtocolError as exc:
-                    if "closed" not in str(exc):
-                        self.error = str(exc)
-                    return
+                message = self.lines.receive()
                 if message["t"] != "need":
                     raise ProtocolError(f"expected need, got {message['t']!r}")
                 call = self._next(str(message.get("phase")), bool(message.get("stop")))
@@ -176,7 +171,8 @@ class CallDriver:
                     continue
                 self._run(call)
         except ProtocolError as exc:
-            self.error = str(exc)
+            if not isinstance(exc, Closed):  # a worker that ended says why itself
+                self.error = str(exc)
         except Exception as exc:  # a bug here must fail the judgement, not hang it
             self.error = f"{type(exc).__name__}: {exc}"
         finally:

@@ -44,7 +44,10 @@ ALLOWED = frozenset({
     "resolve_neg", "conj", "_conj", "detach_", "is_same_size", "size", "stride", "numel",
     "dim", "item", "result_type", "is_pinned", "_has_compatible_shallow_copy_type",
 })
-DATA_ESCAPES = ("numpy", "tolist", "__array__")
+DATA_ESCAPES = ("numpy", "tolist", "__array__", "__dlpack__", "__dlpack_device__",
+                "__cuda_array_interface__", "__array_interface__")
+"""Ways a tensor's data reaches Python or another library's arithmetic (NumPy, CuPy, ...):
+refused while a call runs."""
 POISON_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty",
                         "new_empty_strided"})
 
@@ -66,16 +69,30 @@ def poison(t: torch.Tensor) -> None:
             t.fill_(torch.iinfo(t.dtype).max if t.dtype != torch.uint8 else 0xA5)
 
 
+TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "quantized", "_quantized", "c10d",
+                              "c10d_functional", "_c10d_functional", "profiler", "inductor",
+                              "torchvision", "_higher_order_ops", "higher_order", "mkldnn",
+                              "mkl", "onednn", "xnnpack", "_nested_tensor", "sparse"})
+"""Operator namespaces whose kernels are PyTorch's (or a library's shipped with it); an
+operator of any other namespace was registered by the candidate's own library
+(``TORCH_LIBRARY``): its kernel is the candidate's."""
+
+
 class _Trace(TorchDispatchMode):
-    def __init__(self, poison_fresh: bool):
+    def __init__(self, poison_fresh: bool, custom: Callable[[Any, Any, Any], None]):
         super().__init__()
         self.violations: list[str] = []
         self.poison_fresh = poison_fresh
         self.ops: dict[str, int] = {}
+        self.custom = custom
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = op_name(func)
         self.ops[name] = self.ops.get(name, 0) + 1
+        if func._schema.name.split("::")[0] not in TORCH_NAMESPACES:  # the candidate's op
+            out = func(*args, **(kwargs or {}))
+            self.custom(args, kwargs or {}, out)
+            return out
         if name not in ALLOWED and name.rstrip("_") not in ALLOWED:
             full = str(func._schema.name) + (f".{func._overloadname}"
                                              if func._overloadname != "default" else "")
@@ -104,6 +121,8 @@ class ForwardGuard:
             self._wrap(module)
 
     def _wrap(self, module: ModuleType) -> None:
+        if not isinstance(module, ModuleType):  # load_inline(..., is_python_module=False)
+            return
         for name in dir(module):
             fn = getattr(module, name)
             if name.startswith("_") or not callable(fn) or getattr(fn, "_ca_wrapped", False):
@@ -118,14 +137,23 @@ class ForwardGuard:
             if guard.started and not guard.inside:
                 guard.outside += 1
             result = fn(*args, **kwargs)
-            for value in (*args, *kwargs.values(), *_flatten(result)):
-                if isinstance(value, torch.Tensor):
-                    guard.produced.add(_storage_key(value))
+            guard._produced(args, kwargs, result)
             return result
 
         call._ca_wrapped = True  # type: ignore[attr-defined]
         call.__doc__ = fn.__doc__
         return call
+
+    def _produced(self, args: Any, kwargs: dict[str, Any], result: Any) -> None:
+        """The tensors a kernel of the candidate's received or returned."""
+        for value in (*args, *kwargs.values(), *_flatten(result)):
+            if isinstance(value, torch.Tensor):
+                self.produced.add(_storage_key(value))
+
+    def _custom(self, args: Any, kwargs: dict[str, Any], result: Any) -> None:
+        """An operator the candidate's own library registered ran: a kernel of its own."""
+        self.calls += 1
+        self._produced(args, kwargs, result)
 
     def run(self, model: torch.nn.Module, inputs: list[Any]) -> tuple[Any, list[str]]:
         """Call ``model(*inputs)`` under the trace; return its result and the problems."""
@@ -134,8 +162,9 @@ class ForwardGuard:
         self.produced.clear()
         self.calls = 0
         input_keys = {_storage_key(x) for x in inputs if isinstance(x, torch.Tensor)}
-        trace = _Trace(self.poison_fresh)
-        saved = {name: getattr(torch.Tensor, name) for name in DATA_ESCAPES}
+        trace = _Trace(self.poison_fresh, self._custom)
+        saved = {name: torch.Tensor.__dict__[name] for name in DATA_ESCAPES
+                 if name in torch.Tensor.__dict__}
         escapes: list[str] = []
         for name in DATA_ESCAPES:
             setattr(torch.Tensor, name, _refuse(name, escapes))
@@ -151,8 +180,11 @@ class ForwardGuard:
         finally:
             self.inside = False
             seen = self.tracer._trace_end() if self.tracer is not None else {}
-            for name, method in saved.items():
-                setattr(torch.Tensor, name, method)
+            for name in DATA_ESCAPES:
+                if name in saved:
+                    setattr(torch.Tensor, name, saved[name])
+                else:
+                    delattr(torch.Tensor, name)
         violations = list(trace.violations)
         for full in seen:
             if full.startswith("aten::"):
@@ -179,10 +211,12 @@ class ForwardGuard:
         return result, problems
 
 
-def _refuse(name: str, escapes: list[str]) -> Callable:
+def _refuse(name: str, escapes: list[str]) -> Any:
     def refused(*args, **kwargs):
         escapes.append(name)
         raise RuntimeError(f"Tensor.{name}() is not allowed inside ModelNew.forward")
+    if name in ("__cuda_array_interface__", "__array_interface__"):  # properties
+        return property(lambda self: refused())
     return refused
 
 

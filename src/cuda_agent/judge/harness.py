@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from cuda_agent.judge import timing
+from cuda_agent.judge import seccomp, timing
 from cuda_agent.judge.activity import ActivityRecord, WatchedRecord
 from cuda_agent.judge.calls import CallChannel
 from cuda_agent.judge.guard import ForwardGuard, poison
@@ -42,7 +42,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict) 
     packer = Packer(out, device, job.get("pack"))
     channel = CallChannel()
     kept = Kept(packer, job.get("aliases") or [])
-    source = CallSource(lambda seed, scale: make_inputs(ns, seed, device, scale), channel,
+    source = CallSource(lambda seed, scale: _made(ns, seed, device, scale), channel,
                         pack=kept.pack, finish=kept.let_go)
     stand_ins = [torch.zeros(n, dtype=torch.uint8, device=device)
                  for n in job.get("kept_bytes", {}).get("outputs", [])]
@@ -61,6 +61,11 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict) 
     stand_ins.clear()
     kept.previous = []
     _seed_allocator(int(job.get("poison_bytes") or 0), device)
+    forbid_new_code = seccomp.prepare()  # bound before any candidate code runs
+
+    def no_new_code() -> None:  # once the warm-up has loaded what the kernels load lazily
+        if "seccomp" not in result:
+            result["seccomp"] = forbid_new_code() or "on"
 
     def no_new_threads(stage: str, when: str) -> None:
         problem = threads.problem(when)
@@ -98,7 +103,12 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict) 
 
     if not job["time"]:
         result["stage"] = "forward"
-        timing.wall_calls(call, source, device, "check", before=between, watch=settled)
+
+        def first_settled() -> None:
+            settled()
+            no_new_code()
+
+        timing.wall_calls(call, source, device, "check", before=between, watch=first_settled)
         return
     result["stage"] = "timing"
     record = ActivityRecord(blocker is not None and device.startswith("cuda")
@@ -106,6 +116,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict) 
     measured = timing.measure(
         call, source, device, **_timing_kwargs(job), blocker=blocker, before=between,
         watch=settled, offset_ms=statistics.median(stand_in_ms) if stand_in_ms else 0.0,
+        warmed=no_new_code,
         record=WatchedRecord(record, lambda: no_new_threads(
             "timing", "before the recorded calls"), threads.adopt) if record.enabled else None)
     result["samples_ms"], result["time_meaning"] = measured.samples, measured.meaning
@@ -162,6 +173,14 @@ class Kept:
         for value in self.previous:
             poison(value)
         self.previous = [v for v in as_outputs(out) if isinstance(v, torch.Tensor)]
+
+
+def _made(ns: dict[str, Any], seed: int, device: str, scale: float) -> list[Any]:
+    """A call's inputs from its seed, the generators then reseeded at random: what the
+    candidate can read of them during the call says nothing of the seed."""
+    inputs = make_inputs(ns, seed, device, scale)
+    seed_all(secrets.randbits(62))
+    return inputs
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -82,7 +82,7 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
     if not done.ok:
         driver.join(5.0)
         if driver.error:  # what the judge saw of it may say more than its own report
-            verdict.reasons.append(f"the call protocol{where}: {driver.error}")
+            verdict.flags.append(f"the call protocol{where}: {driver.error}")
         return done, None
     with verdict.phase(f"loaded_{role}"):
         refused = loaded_code(worker, plan.fixed_dir)
@@ -90,6 +90,9 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
         verdict.reasons.extend(f"loaded code{where}: {p}" for p in refused[:5])
         worker.close()
         return done, None
+    if done.result.get("seccomp", "on") != "on":
+        verdict.flags.append(f"review: {done.result['seccomp']}: new native code could be "
+                             "loaded during calls")
     if keep is not None:
         keep(worker)
     with verdict.phase(f"collect_{role}"):

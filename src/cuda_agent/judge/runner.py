@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import resource
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -85,6 +87,8 @@ class Worker:
                "PYTHONDONTWRITEBYTECODE": "1"}
         self._stdout = open(self.out_dir / "stdout.log", "wb")  # noqa: SIM115
         self._stderr = open(self.out_dir / "stderr.log", "wb")  # noqa: SIM115
+        # read through the judge's own descriptor: the worker may replace the path
+        self._stderr_read = os.open(self.out_dir / "stderr.log", os.O_RDONLY)
         argv = [sys.executable, "-m", "cuda_agent.judge.worker", str(self.out_dir),
                 str(write_fd), "trace" if trace else "torch"]
         prefix = _confine_prefix(self.out_dir, confine) if confine is not None else None
@@ -254,6 +258,9 @@ class Worker:
         with contextlib.suppress(OSError):
             self.calls_sock.shutdown(socket.SHUT_RDWR)  # wakes a driver blocked on it
         self.calls_sock.close()
+        if self._stderr_read is not None:
+            os.close(self._stderr_read)
+            self._stderr_read = None
         if self.driver is not None:
             self.driver.join(5.0)
         self.device_pack = None
@@ -322,12 +329,9 @@ class Worker:
 
     def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int,
                  name: str = "result.json") -> WorkerOutcome:
-        out = self.out_dir
-        stderr_tail = _tail(out / "stderr.log")
-        result_path = out / name
-        result = json.loads(result_path.read_text()) if result_path.exists() else {}
-        stage_path = out / "stage"
-        stage = stage_path.read_text() if stage_path.exists() else "start"
+        stderr_tail = _tail(self._stderr_read)
+        result = report(_read_small(self.out_dir / name, REPORT_BYTES))
+        stage = (_read_small(self.out_dir / "stage", 200) or "start").strip()[:80] or "start"
         marks = tuple(self.marks)
         if self.confined and code is not None and code > 128:
             code = 128 - code  # the init shell reports a child killed by signal N as 128 + N
@@ -386,12 +390,69 @@ def _describe_exit(code: int | None, stderr_tail: str) -> str:
     return what + (f": {last[0][:300]}" if last else "")
 
 
-def _tail(path: Path, limit: int = 2000) -> str:
+def _tail(fd: int | None, limit: int = 2000) -> str:
+    """The last ``limit`` bytes the worker wrote to its stderr, read through the judge's own
+    descriptor of the file it was given."""
+    if fd is None:
+        return ""
     try:
-        with path.open("rb") as handle:
-            handle.seek(0, os.SEEK_END)
-            size = handle.tell()
-            handle.seek(max(0, size - limit))
-            return handle.read().decode(errors="replace")
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit)).decode(errors="replace")
     except OSError:
         return ""
+
+
+REPORT_BYTES = 4 << 20
+"""The largest report (``result.json``) the judge reads."""
+
+
+def _read_small(path: Path, limit: int) -> str | None:
+    """A file of the worker's folder, if it is a regular file of at most ``limit`` bytes
+    (never following a link, never blocking on a pipe): the worker may put anything there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
+            return None
+        return os.pread(fd, limit + 1, 0)[:limit].decode(errors="replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+_REPORT_TYPES = {"ok": bool, "stage": str, "error": str, "traceback": str, "pid": int,
+                 "samples_ms": list, "time_meaning": str, "timing_details": dict,
+                 "profile": str, "stage_at": dict, "outputs": dict, "sizes": dict,
+                 "aliases": list, "io_bytes": int, "float64": bool, "float64_error": str,
+                 "fan_in": (list, dict, type(None)), "degenerate": (str, type(None)),
+                 "bandwidth_gbs": (int, float), "seccomp": str}
+
+
+def report(text: str | None) -> dict[str, Any]:
+    """A worker's report, parsed and cut to the fields the judge reads, each of its type
+    (a field of another type is dropped; a candidate's process may write anything):
+    ``samples_ms`` finite numbers only, ``stage_at`` numbers only."""
+    try:
+        raw = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    found = {k: v for k, v in raw.items() if k in _REPORT_TYPES
+             and isinstance(v, _REPORT_TYPES[k]) and not (k in ("pid", "io_bytes")
+                                                        and isinstance(v, bool))}
+    if "samples_ms" in found and not all(
+            type(x) in (int, float) and math.isfinite(x) and x >= 0
+            for x in found["samples_ms"]):
+        del found["samples_ms"]
+    if "stage_at" in found:
+        found["stage_at"] = {str(k): float(v) for k, v in found["stage_at"].items()
+                             if type(v) in (int, float) and math.isfinite(v)}
+    if "timing_details" in found:
+        found["timing_details"] = {str(k): v for k, v in found["timing_details"].items()
+                                   if type(v) in (int, float, str, bool, dict, type(None))}
+    return found

@@ -63,6 +63,11 @@ PROFILER_WORDS = ("profiler", "kineto", "cupti")
 private stream only in the calls that are not (``judge.activity``)."""
 
 NATIVE = "loads or calls native code that the judge neither built nor checked"
+ARITHMETIC = "another library's arithmetic: the work belongs in the candidate's own kernels"
+OTHER_LIBRARIES = ("scipy", "cupy", "cupyx", "numba", "jax", "jaxlib", "tensorflow", "sklearn",
+                   "cv2", "numexpr")
+"""Array libraries a candidate has no use for. NumPy may be imported (tasks use it for
+constants); a tensor's data cannot reach it during a call (``guard.DATA_ESCAPES``)."""
 BY_NAME = "imports modules by computed names, which no check can follow"
 PROGRAMS = "starts other programs or processes"
 ROUTE_MODULES = {
@@ -71,6 +76,7 @@ ROUTE_MODULES = {
     "subprocess": PROGRAMS, "_posixsubprocess": PROGRAMS,
     "mmap": "maps files or executable memory outside any tensor",
     "cuda_agent": "the judge's own package is out of a candidate's reach",
+    **{name: ARITHMETIC for name in OTHER_LIBRARIES},
 }
 ROUTE_BUILTINS = {"exec": "runs code built from strings, which no check can read",
                   "eval": "runs code built from strings, which no check can read",
@@ -78,6 +84,11 @@ ROUTE_BUILTINS = {"exec": "runs code built from strings, which no check can read
                   "__import__": BY_NAME, "__builtins__": ROUTE_MODULES["builtins"]}
 ROUTE_CALLS = {"torch.ops.load_library": NATIVE, "torch.classes.load_library": NATIVE,
                "torch._C._dlopen": NATIVE}
+ROUTE_PREFIXES = {"torch._C": "torch's internals (which switch its traces off) are the judge's",
+                  "torch.library": "operators defined in Python run outside every trace",
+                  "torch._dynamo": "compiles PyTorch code, which is not the candidate's",
+                  "torch.compile": "compiles PyTorch code, which is not the candidate's",
+                  "numpy.ctypeslib": NATIVE}
 PROCESS_FUNCTIONS = ("system", "popen", "fork", "forkpty", "exec", "spawn", "posix_spawn")
 
 
@@ -157,6 +168,9 @@ def _route(path: str) -> str | None:
     module, _, function = path.rpartition(".")
     if path in ROUTE_CALLS:
         return ROUTE_CALLS[path]
+    for prefix, reason in ROUTE_PREFIXES.items():
+        if path == prefix or path.startswith(prefix + "."):
+            return reason
     if module in ("os", "posix") and function.startswith(PROCESS_FUNCTIONS):
         return PROGRAMS
     return None

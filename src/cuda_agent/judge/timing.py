@@ -138,6 +138,7 @@ def measure(fn: Callable[..., Any], source: CallSource, device: str, *, warmup: 
             target_rel_ci: float = 0.005, blocker: Blocker | None = None,
             warmup_s: float = 0.2, watch: Callable[[], None] | None = None,
             before: Callable[[], None] | None = None, offset_ms: float = 0.0,
+            warmed: Callable[[], None] | None = None,
             record: contextlib.AbstractContextManager[Any] | None = None,
             record_calls: int = RECORDED_CALLS) -> Measured:
     """Time ``fn`` over the calls ``source`` hands out: warm-up, timed calls until the
@@ -190,6 +191,8 @@ def measure(fn: Callable[..., Any], source: CallSource, device: str, *, warmup: 
         warm_until = began + (warmup_s if cuda else 0.0)
         while one("warmup", len(host) >= warmup and _clock() >= warm_until):
             pass
+        if warmed is not None:
+            warmed()
         if timer is not None:
             timer.calibrate(statistics.median(host) if host else 1e9)
         warmed = _clock()
