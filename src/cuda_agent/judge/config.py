@@ -71,14 +71,15 @@ class JudgeConfig(BaseModel):
         "one full wave at full occupancy take 20-30% longer. Where the profiler cannot "
         "record, the timer's own check stands alone (the result carries a flag).")
     clock_margin: float = Field(
-        0.05, ge=0, description="On CUDA a device time is held to the judge's own clock: "
-        "it may be at most this fraction under the judge's median time of the wall calls "
-        "(less clock_slack_ms), else that bound is used and the verdict says so. The "
-        "candidate's process reports device time; this bounds what it could gain by lying "
-        "(docs/judge.md, 'What the judge trusts').")
+        0.10, ge=0, description="A time the candidate's process measured is held to the "
+        "judge's own clock: it may be at most this fraction under the judge's median time of "
+        "the wall calls (less clock_slack_ms), else that bound is used and the verdict says "
+        "so (docs/judge.md, 'What the judge trusts', and its limits, in numbers).")
     clock_slack_ms: float = Field(
-        0.03, ge=0, description="The absolute part of the judge's clock bound on device "
-        "time (ms): the host time a wall call spends before its first kernel starts.")
+        1.0, ge=0, description="The absolute part of the judge's clock bound (ms): what a "
+        "call's messages and the host's path to its first kernel add to the judge's time of "
+        "it. On an H100 the judge's median of the wall calls read 0.2-0.6 ms over the device "
+        "time of honest 0.05-0.3 ms kernels, so a tighter slack would raise honest times.")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "
