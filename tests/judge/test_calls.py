@@ -64,7 +64,7 @@ def test_seeds_are_fresh_and_the_judge_ends_each_phase():
     assert len(set(seeds)) == len(seeds)  # no seed handed out twice
     assert sorted(r.scale for r in driver.records if r.scale != 1.0) == [0.25, 4.0]
     kept = driver.kept()
-    assert len(kept) == 3 + 2 and all(k.scale != 1.0 or k.index in driver.reservoir.kept
+    assert len(kept) == 3 + 2 and all(k.scale != 1.0 or k.index in driver.reservoirs[True].kept
                                       for k in kept)
     assert all(r.go >= r.ready >= r.sent for r in driver.records)
 
@@ -237,3 +237,96 @@ def test_the_judgements_draws_come_from_a_keyed_generator(tmp_path):
     again = JudgePlan(JudgeConfig(device="cpu", seed=3), load_task(tmp_path / "task.py"),
                       "cpu", 3, tmp_path)
     assert (plan.key, plan.init_seed) == (again.key, again.init_seed)  # the seed reproduces
+
+
+def test_the_warm_up_ends_by_the_judges_count_alone_and_none_of_it_is_kept():
+    """A worker asking for ever more warm-up calls gets the judge's number of them, and the
+    kept calls all come from the counted ones: work done only in the warm-up proves
+    nothing."""
+    plan = DriverPlan(keep=3, calibrate=1, warmup=6, min_runs=8, rng=random.Random(9))
+    seen: dict[str, int] = {}
+
+    def worker(channel: CallChannel) -> None:
+        _make_calls(channel, "calibrate")
+        seen["warmup"] = _make_calls(channel, "warmup")  # never asks to stop
+        seen["timed"] = _make_calls(channel, "timed", stop_after=0)
+        _make_calls(channel, "tail")
+
+    driver = _serve(plan, worker, read_kept=lambda message: ([], []))
+    assert (seen["warmup"], seen["timed"]) == (6, 8)
+    phases = {r.index: r.phase for r in driver.records}
+    assert len(driver.kept()) == 3 and all(phases[k.index] == "timed" for k in driver.kept())
+
+
+@pytest.mark.parametrize("keep", [1, 2, 3, 5])
+def test_each_kind_of_call_is_checked(keep: int):
+    """Wall calls and device-timer calls each fill a reservoir of their own: a candidate
+    told which kind a call is cannot skip the work in one kind unseen (with a single kept
+    call, the kind is the judge's secret draw)."""
+    kinds: Counter = Counter()
+    for seed in range(40):
+        plan = DriverPlan(keep=keep, calibrate=1, wall_share=0.25, min_runs=30,
+                          rng=random.Random(seed))
+
+        def worker(channel: CallChannel) -> None:
+            _make_calls(channel, "calibrate")
+            _make_calls(channel, "timed", stop_after=0)
+            _make_calls(channel, "tail")
+
+        driver = _serve(plan, worker, read_kept=lambda message: ([], []))
+        wall = {r.index: r.wall for r in driver.records}
+        got = Counter(wall[k.index] for k in driver.kept())
+        assert sum(got.values()) == keep
+        if keep > 1:
+            assert got[True] >= 1 and got[False] >= 1, got
+        kinds.update(got)
+    assert kinds[True] and kinds[False]
+
+
+def test_the_tail_fills_the_kind_still_owed():
+    """A worker that stops at once: the tail's calls are of the kinds not yet kept."""
+    plan = DriverPlan(keep=4, calibrate=1, wall_share=0.25, rng=random.Random(11))
+
+    def worker(channel: CallChannel) -> None:
+        _make_calls(channel, "calibrate")
+        _make_calls(channel, "timed", stop_after=0)
+        _make_calls(channel, "tail")
+
+    driver = _serve(plan, worker, read_kept=lambda message: ([], []))
+    wall = {r.index: r.wall for r in driver.records}
+    assert Counter(wall[k.index] for k in driver.kept()) == {True: 2, False: 2}
+
+
+def test_descriptors_may_not_describe_more_than_one_call_in_all():
+    """Each descriptor within the pack, but together many times its size: refused before
+    the judge copies anything."""
+    from types import SimpleNamespace
+
+    from cuda_agent.judge.plan import kept_reader
+
+    read = kept_reader(SimpleNamespace(pack_fd=None, device_pack=None), "cpu", 4096)
+    whole = {"offset": 0, "nbytes": 4096, "dtype": "float32", "shape": [1024]}
+    with pytest.raises(ProtocolError, match="described in all"):
+        read({"pack": "memfd", "outputs": [whole] * 8, "inputs": []})
+    with pytest.raises(ProtocolError, match="described in all"):  # a negative size hides none
+        read({"pack": "memfd", "outputs": [whole, {**whole, "nbytes": -4096}, whole],
+              "inputs": []})
+
+
+def test_the_first_counted_call_is_announced_once():
+    calls_seen: list[int] = []
+    plan = DriverPlan(calibrate=2, warmup=3, min_runs=4, rng=random.Random(12))
+
+    def worker(channel: CallChannel) -> None:
+        _make_calls(channel, "calibrate")
+        _make_calls(channel, "warmup")
+        _make_calls(channel, "timed", stop_after=0)
+
+    judge_end, worker_end = calls.pair()
+    driver = CallDriver(Lines(judge_end), plan, None,
+                        at_counted=lambda: calls_seen.append(len(driver.records))).start()
+    thread = threading.Thread(target=worker, args=(CallChannel(worker_end.detach()),))
+    thread.start()
+    thread.join(60)
+    driver.join(60)
+    assert calls_seen == [2 + 3 + 1]

@@ -18,16 +18,19 @@ the hard way, not an impossible one.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import functools
 import hashlib
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from cuda_agent.build import callers, symbol_rules
 
@@ -107,6 +110,7 @@ def check_file(path: Path, policy: Policy, where: str | None = None) -> list[Pro
     object that defines a refused C name is refused too: its calls to it may go to the C
     library's (symbol interposition); a refused import that only the C++ runtime's own code
     linked into it calls passes (``callers``)."""
+    require_tools()  # also where the file's symbols are cached: missing tools always raise
     path = Path(path)
     where = where or str(path)
     shared = _elf_type(path, where) == ELF_DYN
@@ -153,37 +157,26 @@ def check_tree(folder: Path, policy: Policy) -> list[Problem]:
 
 
 def check_process(pid: int, policy: Policy, trusted: Iterable[Path],
-                  own: Callable[[Path], bool] | None = None) -> list[Problem]:
-    """The problems of every file a live process maps as code, but for those under a
-    ``trusted`` folder (the interpreter, torch, the system's libraries) and those ``own``
-    says are the judge's (read through the path given): what it loaded, read by the judge
-    from the process's own view of its files (``/proc/PID/root``), whatever the process
-    says about it."""
-    prefixes = tuple(str(Path(folder)).rstrip("/") + "/" for folder in trusted)
-    problems = []
-    for path, readable in mapped_code(pid):
-        if not path.startswith(prefixes) and not (own is not None and own(readable)):
-            problems += _check_readable(readable, policy, path)
-    return problems
+                  own: Callable[[str, int], bool] | None = None,
+                  held: Iterable[Any] = ()) -> list[Problem]:
+    """``mapped.check_process``: the problems of every file a live process maps as code
+    (``held``: ``mapped.Opened`` files from an earlier look)."""
+    from cuda_agent.build import mapped  # the process side; it imports this module
+
+    return mapped.check_process(pid, policy, trusted, own, held)
 
 
 def mapped_code(pid: int) -> list[tuple[str, Path]]:
-    """(path as the process names it, a path to read it by) of each file ``pid`` maps
-    executable; a deleted file is read through ``/proc/PID/map_files``."""
-    found: dict[str, Path] = {}
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        fields = line.split(maxsplit=5)
-        if len(fields) < 6 or "x" not in fields[1] or not fields[5].startswith("/"):
-            continue
-        path = fields[5]
-        readable = Path(f"/proc/{pid}/map_files/{fields[0]}") if path.endswith(" (deleted)") \
-            else Path(f"/proc/{pid}/root{path}")
-        found.setdefault(path, readable)
-    return list(found.items())
+    """``mapped.mapped_code``."""
+    from cuda_agent.build import mapped
+
+    return mapped.mapped_code(pid)
 
 
-MAX_CHECKED_BYTES = 1 << 30
-"""A mapped file larger than this is refused unread (a candidate could map anything)."""
+MAX_CHECKED_BYTES = 256 << 20
+"""A file of code larger than this is refused unread (a candidate could map anything)."""
+MAX_CODE_BYTES = 1 << 30
+"""The files of code checked together (``FileChecks``) hold at most this many bytes."""
 
 
 def require_tools() -> None:
@@ -193,23 +186,104 @@ def require_tools() -> None:
         _tool(name)
 
 
-def _check_readable(path: Path, policy: Policy, where: str) -> list[Problem]:
-    """``check_file`` of a private copy (a live candidate cannot change what is read between
-    two reads), with a file the judge cannot read or parse as a problem of its own (a
-    candidate's file may be anything); missing tools still raise."""
+class FileChecks:
+    """The problems of files read through open descriptors (a live process's code), each
+    content checked once and cached by its digest, at most ``MAX_CHECKED_BYTES`` a file and
+    ``MAX_CODE_BYTES`` together; a file the judge cannot read or parse is a problem of its
+    own (a candidate's file may be anything), missing tools still raise."""
+
+    def __init__(self, policy: Policy):
+        self.policy = policy
+        self.problems: list[Problem] = []
+        self.digests: set[str] = set()
+        self.read = 0
+
+    def add(self, fd: int, where: str, digest: str | None = None) -> None:
+        """Check the file open as ``fd`` (named ``where``); ``digest``: its bytes' digest
+        when the judge first read it, which they must still have."""
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                self.problems.append(_uncheckable(where, "not a regular file"))
+                return
+            if info.st_size > MAX_CHECKED_BYTES or self.read + info.st_size > MAX_CODE_BYTES:
+                self.problems.append(_uncheckable(
+                    where, f"over {MAX_CHECKED_BYTES >> 20} MiB"
+                    if info.st_size > MAX_CHECKED_BYTES
+                    else f"over {MAX_CODE_BYTES >> 20} MiB of code in all"))
+                return
+            self.read += info.st_size
+            with tempfile.TemporaryDirectory(prefix="cuda-agent-symbols-") as folder:
+                copy = Path(folder) / "checked"  # private: what is checked cannot change
+                found = _copy_fd(fd, copy)
+                if digest is not None and found != digest:
+                    self.problems.append(Problem(
+                        where, "code that changed after the judge first read it",
+                        "the file was written while mapped", "holds"))
+                elif found not in self.digests:
+                    self.digests.add(found)
+                    self.problems += [Problem(where, *found_problem) for found_problem
+                                      in _checked_content(_Content(found, copy), self.policy)]
+        except NotElfError:
+            self.problems.append(_uncheckable(where, "not an ELF object or shared object"))
+        except OSError as exc:
+            self.problems.append(_unreadable(where, exc))
+
+
+def digest_fd(fd: int) -> str | None:
+    """The SHA-256 of the regular file open as ``fd``, or None where ``FileChecks`` would
+    not read it (too large, not a regular file, unreadable)."""
     try:
-        if path.stat().st_size > MAX_CHECKED_BYTES:
-            return [Problem(where, "code the judge cannot check",
-                            f"over {MAX_CHECKED_BYTES >> 20} MiB", "holds")]
-        with tempfile.TemporaryDirectory(prefix="cuda-agent-symbols-") as folder:
-            copy = Path(folder) / "checked"
-            shutil.copyfile(path, copy)
-            return check_file(copy, policy, where)
-    except NotElfError:
-        reason = "not an ELF object or shared object"
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CHECKED_BYTES:
+            return None
+        return _copy_fd(fd, None)
+    except OSError:
+        return None
+
+
+def _copy_fd(fd: int, copy: Path | None) -> str:
+    """The SHA-256 of the file open as ``fd``, read from its start (and written to ``copy``
+    when given); a file that grows past ``MAX_CHECKED_BYTES`` while read is an error."""
+    digest, offset = hashlib.sha256(), 0
+    with contextlib.ExitStack() as stack:
+        out = stack.enter_context(copy.open("xb")) if copy is not None else None
+        while chunk := os.pread(fd, 1 << 20, offset):
+            offset += len(chunk)
+            if offset > MAX_CHECKED_BYTES:
+                raise OSError(errno.EFBIG, "grew while read")
+            digest.update(chunk)
+            if out is not None:
+                out.write(chunk)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _checked_content(content: _Content, policy: Policy) -> tuple[tuple[str, str, str], ...]:
+    """``check_file``'s problems (symbol, rule, verb) of one content, cached by its digest."""
+    return tuple((p.symbol, p.rule, p.verb) for p in check_file(content.path, policy, "-"))
+
+
+def _uncheckable(where: str, reason: str) -> Problem:
+    return Problem(where, "code the judge cannot check", reason, "holds")
+
+
+def _unreadable(where: str, exc: OSError) -> Problem:
+    return _uncheckable(where, f"unreadable: {exc.strerror or exc}")
+
+
+def _check_readable(path: Path, policy: Policy, where: str) -> list[Problem]:
+    """``FileChecks`` of one file by its path (never blocking on a pipe)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
-        reason = f"unreadable: {exc.strerror or exc}"
-    return [Problem(where, "code the judge cannot check", reason, "holds")]
+        return [_unreadable(where, exc)]
+    try:
+        checks = FileChecks(policy)
+        checks.add(fd, where)
+        return checks.problems
+    finally:
+        os.close(fd)
 
 
 def _judge(where: str, entries: list[tuple[str, str]], own: set[str], policy: Policy,
@@ -275,14 +349,22 @@ def _symbols(path: Path, shared: bool, undefined: bool) -> list[tuple[str, str]]
     """Cached by content (a candidate sets its files' dates as it likes); the path is not
     resolved, so ``/proc/PID/root/...`` stays inside that process's view of its files."""
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return list(_cached_symbols(str(path.absolute()), digest, shared, undefined))
+    return list(_cached_symbols(_Content(digest, path), shared, undefined))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Content:
+    """A file's bytes, known by their digest; ``path`` holds them (not part of the key)."""
+
+    digest: str
+    path: Path = dataclasses.field(compare=False, hash=False)
 
 
 @functools.lru_cache(maxsize=1024)
-def _cached_symbols(path: str, digest: str, shared: bool, undefined: bool
+def _cached_symbols(content: _Content, shared: bool, undefined: bool
                     ) -> tuple[tuple[str, str], ...]:
     flags = (["-D"] if shared else []) + ["--undefined-only" if undefined else "--defined-only"]
-    return tuple(_nm(Path(path), *flags))
+    return tuple(_nm(content.path, *flags))
 
 
 def _nm(path: Path, *flags: str) -> list[tuple[str, str]]:

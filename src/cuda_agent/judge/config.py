@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v16"
+JUDGE_VERSION = "judge-v17"
 """Bump whenever correctness, timing or reward rules change; results record it. One line
 per version: docs/judge-versions.md."""
 
@@ -30,7 +30,7 @@ class JudgeConfig(BaseModel):
     time_compile: bool = Field(True, description="Also time the torch.compile baseline.")
     warmup: int = Field(3, ge=0, description="Untimed calls before timing.")
     min_runs: int = Field(50, ge=1, description="Timed calls at least.")
-    max_runs: int = Field(500, ge=1, description="Timed calls at most.")
+    max_runs: int = Field(500, ge=1, le=20_000, description="Timed calls at most.")
     time_budget_s: float = Field(2.0, gt=0, description="Stop timing after this much wall time.")
     target_rel_ci: float | None = Field(
         None, gt=0, description="Stop once the median's 95% CI half-width is this fraction. "
@@ -79,7 +79,13 @@ class JudgeConfig(BaseModel):
         1.0, ge=0, description="The absolute part of the judge's clock bound (ms): what a "
         "call's messages and the host's path to its first kernel add to the judge's time of "
         "it. On an H100 the judge's median of the wall calls read 0.2-0.6 ms over the device "
-        "time of honest 0.05-0.3 ms kernels, so a tighter slack would raise honest times.")
+        "time of honest 0.05-0.3 ms kernels, so a tighter slack would raise honest times. "
+        "Applies to device times; wall times take clock_slack_wall_ms.")
+    clock_slack_wall_ms: float = Field(
+        0.05, ge=0, description="The absolute part of the judge's clock bound on a wall time "
+        "(the CPU) (ms). The stand-in calls already take the messages' cost out of the "
+        "judge's time, and no device lies between, so only timer jitter is left: a slack as "
+        "wide as clock_slack_ms would let a ms-scale CPU call report a fraction of its time.")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "

@@ -4,7 +4,14 @@ its own clock, and decides after each call has returned whether to keep it.
 Which calls are kept is a reservoir sample (``Reservoir``): after call i the judge keeps it
 with probability k/i, in place of a kept call chosen at random, so the k calls finally
 checked are a uniform sample of the whole run, whatever its length, and no position is
-safer than another. A kept call's outputs and inputs are copied into the pack by the worker
+safer than another. Only the counted calls (``COUNTED``: those the times come from) are
+offered: the warm-up's length is the judge's to decide, but its calls are not timed, so a
+sample drawn partly from them would let a candidate compute in the warm-up and skip the
+work in the calls that count. Wall calls (timed by the judge's clock) and the others
+(timed by the device timer on CUDA) each have a reservoir of their own: the worker is told
+which kind a call is (it must synchronise differently), so neither kind may go unchecked.
+
+A kept call's outputs and inputs are copied into the pack by the worker
 and read back by the judge at once (``PackReader``): a later write by the candidate cannot
 change them, and outputs that were not finished when the worker said ``done`` are caught
 (the read waits for nothing; what it finds is compared with the reference later). Scaled
@@ -31,6 +38,8 @@ _clock = time.perf_counter
 SEED_BITS = 62
 MAX_WARMUP, MAX_TIMED, MAX_RECORD = 200, 20_000, 64
 """Calls a phase ends at whatever the worker asks (it owes the judge nothing more)."""
+COUNTED = ("timed", "record", "tail", "check")
+"""Phases whose calls are kept and timed (the warm-up's and the stand-ins' are neither)."""
 
 
 @dataclass
@@ -119,11 +128,15 @@ class CallDriver:
     closes its end; ``error`` says how the worker broke the protocol, if it did."""
 
     def __init__(self, lines: Lines, plan: DriverPlan,
-                 read_kept: Callable[[dict[str, Any]], tuple[list[Any], list[Any]]] | None):
+                 read_kept: Callable[[dict[str, Any]], tuple[list[Any], list[Any]]] | None,
+                 at_counted: Callable[[], None] | None = None):
         self.lines, self.plan, self.read_kept = lines, plan, read_kept
+        self.at_counted = at_counted
+        """Called once, when the first counted call is done (the worker forbids new native
+        code before it returns): what the judge looks at in the process from then on."""
         self.records: list[Record] = []
         self.snapshots: dict[int, Snapshot] = {}
-        self.reservoir = Reservoir(plan.keep, plan.rng)
+        self.reservoirs = self._reservoirs()
         self.error: str | None = None
         self.finished = False
         self._phase = 0
@@ -131,8 +144,20 @@ class CallDriver:
         self._scaled = self._place_scaled()
         self._thread = threading.Thread(target=self._serve, daemon=True, name="judge-calls")
 
+    def _reservoirs(self) -> dict[bool, Reservoir]:
+        """One reservoir per kind of call (wall or not), their sizes summing to ``keep``; a
+        single kept call goes to a kind the judge draws, unseen by the worker."""
+        keep, rng = self.plan.keep, self.plan.rng
+        if self.plan.wall_share >= 1:
+            wall = keep
+        elif keep == 1:
+            wall = int(rng.random() < 0.5)
+        else:
+            wall = (keep + 1) // 2
+        return {True: Reservoir(wall, rng), False: Reservoir(keep - wall, rng)}
+
     def _place_scaled(self) -> dict[int, float]:
-        """Candidate-call numbers (from 2: never the first call) at which the scaled calls
+        """Counted-call numbers (from 2: never the first call) at which the scaled calls
         go out; any not reached by the end go out in the tail."""
         span = max(len(self.plan.scales) + 1, self.plan.expected_calls)
         spots = self.plan.rng.sample(range(2, span + 2), len(self.plan.scales))
@@ -148,14 +173,18 @@ class CallDriver:
     def kept(self) -> list[Snapshot]:
         """The kept calls the reference must check, in call order: the reservoir's and the
         scaled ones."""
-        wanted = set(self.reservoir.kept) | {
+        wanted = {*self.reservoirs[True].kept, *self.reservoirs[False].kept} | {
             r.index for r in self.records if r.scale != 1.0 and r.snapped is not None}
         return [self.snapshots[i] for i in sorted(wanted) if i in self.snapshots]
 
     def owed(self) -> int:
         """Calls the judge still has to send before it ends the run: scaled calls not sent
         and reservoir places not filled."""
-        return len(self._scaled) + max(0, self.plan.keep - len(self.reservoir.kept))
+        return len(self._scaled) + sum(self._unfilled(wall) for wall in (True, False))
+
+    def _unfilled(self, wall: bool) -> int:
+        reservoir = self.reservoirs[wall]
+        return max(0, reservoir.size - len(reservoir.kept))
 
     def _serve(self) -> None:
         try:
@@ -179,10 +208,12 @@ class CallDriver:
             self.lines.sock.close()
 
     def _next(self, phase: str, stop: bool) -> Record | None:
-        """The next call of ``phase``, or None to end it. The judge ends the warm-up and the
-        timed phase by its own count and clock (the worker's ``stop`` only asks), and no
-        phase may come back once a later one began. Scaled calls are wall calls, and never
-        ``record`` calls (the activity record pairs gated calls)."""
+        """The next call of ``phase``, or None to end it. The judge ends the warm-up by its
+        own count and clock alone (the worker's ``stop`` is not heard: a worker that could
+        stretch the warm-up would dilute the counted calls), the timed phase no sooner than
+        ``min_runs``, and no phase may come back once a later one began. Scaled calls are
+        wall calls, and never ``record`` calls (the activity record pairs gated calls); a
+        ``tail`` or ``check`` call is of a kind whose reservoir is not yet full."""
         plan, rng = self.plan, self.plan.rng
         self._advance(phase)
         made = [r for r in self.records if r.phase == phase]
@@ -192,7 +223,7 @@ class CallDriver:
             ends = self.owed() == 0
         elif phase == "warmup":
             began = made[0].sent if made else _clock()
-            ends = (len(made) >= plan.warmup and _clock() - began >= plan.warmup_s and stop
+            ends = (len(made) >= plan.warmup and _clock() - began >= plan.warmup_s
                     ) or len(made) >= max(10 * plan.warmup, MAX_WARMUP)
         elif phase == "timed":
             ends = (stop and len(made) >= plan.min_runs) or len(made) >= MAX_TIMED
@@ -202,13 +233,17 @@ class CallDriver:
             self._ended.add(phase)
             return None
         scale = None
-        if phase not in ("calibrate", "record") and self._scaled:
-            number = sum(r.phase != "calibrate" for r in self.records) + 1
+        if phase in COUNTED and phase != "record" and self._scaled:
+            number = sum(r.phase in COUNTED for r in self.records) + 1
             scale = self._scaled.pop(number, None)
             if scale is None and phase in ("tail", "check"):
                 scale = self._scaled.pop(min(self._scaled))
-        wall = phase == "calibrate" or scale is not None or (
-            phase != "record" and rng.random() < plan.wall_share)
+        if phase == "calibrate" or scale is not None:
+            wall = True
+        elif phase in ("tail", "check") and self._unfilled(True) != self._unfilled(False):
+            wall = self._unfilled(True) > 0
+        else:
+            wall = phase != "record" and rng.random() < plan.wall_share
         return Record(len(self.records), phase, rng.getrandbits(SEED_BITS),
                       1.0 if scale is None else scale, wall, _clock())
 
@@ -234,6 +269,9 @@ class CallDriver:
         self.lines.send({"t": "go"})
         message = self._expect("done")
         record.done = _clock()
+        if record.phase in COUNTED and self.at_counted is not None:
+            at_counted, self.at_counted = self.at_counted, None
+            at_counted()
         if self._keep(record):  # read before the worker can learn it was kept
             record.keep_sent = record.done
             outputs, inputs = self.read_kept(message)
@@ -250,7 +288,9 @@ class CallDriver:
             return record.index % 3 == 2
         if record.scale != 1.0:
             return True
-        evicted = self.reservoir.offer(record.index)
+        if record.phase not in COUNTED:
+            return False
+        evicted = self.reservoirs[record.wall].offer(record.index)
         if evicted is None:
             return False
         if evicted >= 0:

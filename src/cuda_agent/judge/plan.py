@@ -157,7 +157,7 @@ class JudgePlan:
         if process > 1 and self.cfg.split_timing:  # the GPU is warm from the process before
             warmup, warmup_s = max(warmup, EXTRA_WARMUP_CALLS), min(warmup_s, EXTRA_WARMUP_S)
         return DriverPlan(keep=keep, scales=scales, wall_share=self.wall_share(),
-                          calibrate=STAND_INS, expected_calls=warmup + int(timing["min_runs"]),
+                          calibrate=STAND_INS, expected_calls=int(timing["min_runs"]),
                           warmup=warmup, warmup_s=warmup_s, min_runs=int(timing["min_runs"]),
                           record=self.device.startswith("cuda") and self.cfg.activity_record,
                           rng=self.rng.child())
@@ -214,7 +214,9 @@ def kept_reader(worker: Worker, device: str, limit: int | None) -> Any:
     ``done``: each tensor copied into memory of the judge's own (a later write by the
     candidate changes nothing), after every descriptor was checked against the pack and
     ``limit``, the bytes one right call's outputs and inputs take (a longer description is
-    refused, not read)."""
+    refused, not read). The limit holds for all the descriptors together: each alone within
+    the pack could still describe the whole pack many times over, and the judge would copy
+    it as often."""
     from cuda_agent.judge.calls import ProtocolError
 
     def read(message: dict[str, Any]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -222,6 +224,11 @@ def kept_reader(worker: Worker, device: str, limit: int | None) -> Any:
         if not isinstance(outs, list) or not isinstance(ins, list) or \
                 len(outs) + len(ins) > MAX_KEPT_TENSORS:
             raise ProtocolError("a call without a list of outputs and inputs")
+        described = sum(abs(d.get("nbytes")) for d in (*outs, *ins)
+                        if isinstance(d, dict) and type(d.get("nbytes")) is int)
+        if limit is not None and described > limit:
+            raise ProtocolError(f"kept outputs unreadable: {described} bytes described in "
+                                f"all, at most {limit} expected")
         try:
             return [_read(d, kind, worker, device, limit) for d in outs], \
                 [_read(d, kind, worker, device, limit) for d in ins]

@@ -45,10 +45,13 @@ class Verdict:
 
     def worker_stages(self, role: str, result: dict[str, Any]) -> None:
         """Record how long a worker spent in each of its stages (from its own timestamps)."""
-        marks = sorted(result.get("stage_at", {}).items(), key=lambda item: item[1])
+        stages = result.get("stage_at")
+        marks = sorted((item for item in (stages.items() if isinstance(stages, dict) else ())
+                        if isinstance(item[1], float | int)), key=lambda item: item[1])
         for (name, at), (_, after) in zip(marks, marks[1:], strict=False):
             self.phases[f"{role}.{name}"] = after - at
-        details = result.get("timing_details") or {}
+        details = result.get("timing_details")
+        details = details if isinstance(details, dict) else {}
         for part in ("warmup", "timed", "activity", "activity_start"):  # timing stage
             if isinstance(details.get(f"{part}_seconds"), float):
                 self.phases[f"{role}.timing.{part}"] = details[f"{part}_seconds"]

@@ -10,17 +10,19 @@ reference to check; it runs with a shorter warm-up when ``split_timing`` is on.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.build import symbols
+from cuda_agent.build import mapped, symbols
 from cuda_agent.build.link import FIXED_PREFIX
 from cuda_agent.judge import confine
 from cuda_agent.judge.clock import ClockError, JudgeClock, judge_clock
-from cuda_agent.judge.driver import Snapshot
+from cuda_agent.judge.code_hold import CodeWatch
+from cuda_agent.judge.driver import COUNTED, Snapshot
 from cuda_agent.judge.guard import ALLOWED
 from cuda_agent.judge.plan import EXTRA_WARMUP_CALLS, EXTRA_WARMUP_S, JudgePlan, kept_reader
 from cuda_agent.judge.record import Verdict
@@ -73,19 +75,24 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
     outcome, and its timing and kept calls once it has ended (None if it failed). ``keep``
     takes what the worker leaves (a single-file candidate's build) before it is closed."""
     role = "candidate" if process == 1 else f"candidate{process}"
+    watch = code_watch(worker)
     driver = worker.drive(plan.driver_plan(process),
-                          kept_reader(worker, plan.device, plan.pack_bytes()))
+                          kept_reader(worker, plan.device, plan.pack_bytes()),
+                          at_counted=watch)
     with verdict.phase(role):
         done = worker.run(job, plan.cfg.process_timeout_s, hold=True)
     verdict.worker_stages(role, done.result)
     where = "" if process == 1 else f" (timing process {process})"
     if not done.ok:
+        watch.close()
         driver.join(5.0)
         if driver.error:  # what the judge saw of it may say more than its own report
             verdict.flags.append(f"the call protocol{where}: {driver.error}")
         return done, None
     with verdict.phase(f"loaded_{role}"):
-        refused = loaded_code(worker, plan.fixed_dir)
+        counted = any(r.phase in COUNTED for r in driver.records)  # none: nothing to hold
+        refused = loaded_code(worker, plan.fixed_dir, watch if counted else None)
+        watch.close()
     if refused:
         verdict.reasons.extend(f"loaded code{where}: {p}" for p in refused[:5])
         worker.close()
@@ -116,21 +123,38 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
     return done, Timed(done, clock, driver.kept())
 
 
-def loaded_code(worker: Worker, fixed: Path) -> list[str]:
+def code_watch(worker: Worker) -> CodeWatch:
+    """What the call driver calls once the candidate's calls are counted (``at_counted``):
+    it holds the files the process maps as code then (``code_hold``), for ``loaded_code``."""
+    return CodeWatch(worker.interpreter, _trusted())
+
+
+def loaded_code(worker: Worker, fixed: Path, watch: CodeWatch | None = None) -> list[str]:
     """What the candidate's process loaded as code, outside the folders the judge itself
     runs from (the interpreter's, its import path, torch's, the system's) and but for the
     judge's own fixed layer (built in ``fixed``, placed beside each module), checked by its
     symbols (``build.symbols``, the single-file policy): read by the judge from the
-    process's own view of its files while it is held, whatever it reports."""
-    pid = worker.interpreter()
-    if pid is None:
-        return ["the candidate's interpreter could not be found to check what it loaded"]
-    symbols.require_tools()  # a judge without binutils is not a candidate's fault: raises
+    process's own view of its files while it is held, whatever it reports; with ``watch``,
+    also the files held while the calls ran (a file unmapped since is still checked), and
+    what the hold found wrong (no hold, a thread without the seccomp filter). The watch's
+    files are let go."""
     try:
-        return [str(p) for p in symbols.check_process(pid, _policy(), _trusted(),
-                                                      own=_fixed_layer(fixed))]
-    except Exception as exc:  # whatever the candidate mapped, it cannot take the judge down
-        return [f"code the judge cannot check: {type(exc).__name__}: {str(exc)[:200]}"]
+        pid = worker.interpreter()
+        if pid is None:
+            return ["the candidate's interpreter could not be found to check what it loaded"]
+        symbols.require_tools()  # a judge without binutils is not a candidate's fault: raises
+        found = watch.problems() if watch is not None else []
+        try:
+            found += [str(p) for p in mapped.check_process(
+                pid, _policy(), _trusted(), own=_fixed_layer(fixed),
+                held=watch.files() if watch is not None else ())]
+        except Exception as exc:  # whatever the candidate mapped, it cannot take the judge down
+            found.append(f"code the judge cannot check: {type(exc).__name__}: "
+                         f"{str(exc)[:200]}")
+        return found
+    finally:
+        if watch is not None:
+            watch.close()
 
 
 @functools.cache
@@ -151,22 +175,23 @@ def _trusted() -> tuple[Path, ...]:
     return tuple(Path(p) for p in sorted(found))
 
 
-def _fixed_layer(fixed: Path) -> Callable[[Path], bool]:
-    """Whether a mapped file is the judge's fixed layer: the same file (a hard link) as one
-    the judge linked under ``fixed``, or the same bytes."""
-    def own(path: Path) -> bool:
-        if not path.name.startswith(FIXED_PREFIX):
+def _fixed_layer(fixed: Path) -> Callable[[str, int], bool]:
+    """Whether a mapped file (its name in the process, a descriptor of it) is the judge's
+    fixed layer: the same file (a hard link) as one the judge linked under ``fixed``, or
+    the same bytes."""
+    def own(where: str, fd: int) -> bool:
+        if not Path(where).name.startswith(FIXED_PREFIX):
             return False
         try:
-            mapped = path.stat()
+            info = os.fstat(fd)
         except OSError:
             return False
         for original in fixed.glob(f"*/{FIXED_PREFIX}*.so"):
             try:
-                if (original.stat().st_ino, original.stat().st_dev) == \
-                        (mapped.st_ino, mapped.st_dev) or \
-                        (original.stat().st_size == mapped.st_size
-                         and original.read_bytes() == path.read_bytes()):
+                known = original.stat()
+                if (known.st_ino, known.st_dev) == (info.st_ino, info.st_dev) or (
+                        known.st_size == info.st_size
+                        and original.read_bytes() == os.pread(fd, info.st_size + 1, 0)):
                     return True
             except OSError:
                 continue

@@ -10,30 +10,45 @@ file system read-only except its folder and the paths named writable, a private 
 network, and a pid namespace, so nothing it starts outlives it or can signal the judge.
 Its outputs come back in a sealed memory file passed down at start, or in device memory
 the judge lends it with its job (``device_pack``, through a socket passed down at start).
+
+No worker outlives the judge's process, however that ends (SIGKILL included): each holds
+the read end of a pipe whose write end only the judge holds (its lifeline: the judge's
+death closes it and the worker takes SIGIO, ``worker.hold_lifeline``), and each worker's
+leader is killed when the thread that started it ends (``PR_SET_PDEATHSIG``): every worker
+is started from one thread that lasts as long as the judge's process (``_spawn``). A
+confined worker's leader is ``unshare --kill-child``, so its death ends the namespace and
+every process in it, whatever the candidate did to its own lifeline.
+
+What a worker reports is read as typed fields (``report.report``): a candidate's process may
+write anything there, and nothing it writes can raise in the judge.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
-import math
 import os
+import queue
 import resource
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cuda_agent.judge import calls, device_pack, shared_pack
 from cuda_agent.judge.driver import CallDriver, DriverPlan
+from cuda_agent.judge.report import REPORT_BYTES, WorkerOutcome, outcome, read_small
+from cuda_agent.judge.worker import LIFELINE_ENV
 from cuda_agent.procs import Proc, descendants, session_members, snapshot
 
 PACK_BYTES = 64 * 2**30
@@ -50,18 +65,6 @@ class Confinement:
     rw: tuple[str, ...] = ()
     pack_bytes: int = 64 * 2**30
     """Capacity of the sealed memory file the worker hands its outputs over in (sparse)."""
-
-
-@dataclass(frozen=True)
-class WorkerOutcome:
-    """What came back from one worker process."""
-
-    ok: bool
-    result: dict[str, Any]
-    failure: str | None
-    stderr_tail: str
-    marks: tuple[tuple[str, float], ...] = ()
-    leftover: int = 0
 
 
 class Worker:
@@ -83,8 +86,9 @@ class Worker:
         confines it. Every worker has a call socket (``calls``) for its timed calls."""
         self.out_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-worker-", dir=root))
         read_fd, write_fd = os.pipe()
+        life_end, self._lifeline = os.pipe()  # not inherited by any other child (O_CLOEXEC)
         env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",
-               "PYTHONDONTWRITEBYTECODE": "1"}
+               "PYTHONDONTWRITEBYTECODE": "1", LIFELINE_ENV: str(life_end)}
         self._stdout = open(self.out_dir / "stdout.log", "wb")  # noqa: SIM115
         self._stderr = open(self.out_dir / "stderr.log", "wb")  # noqa: SIM115
         # read through the judge's own descriptor: the worker may replace the path
@@ -99,7 +103,7 @@ class Worker:
         self._lent = False  # the device pack's descriptor was passed
         self.calls_sock, calls_end = calls.pair()
         env[calls.ENV_FD] = str(calls_end.fileno())
-        fds = [write_fd, calls_end.fileno()]
+        fds = [write_fd, calls_end.fileno(), life_end]
         if candidate:
             capacity = confine.pack_bytes if confine is not None else PACK_BYTES
             self.pack_fd = shared_pack.create(capacity)
@@ -107,12 +111,13 @@ class Worker:
             env[shared_pack.ENV_FD] = str(self.pack_fd)
             env[device_pack.ENV_SOCK] = str(worker_sock.fileno())
             fds += [self.pack_fd, worker_sock.fileno()]
-        self.proc = subprocess.Popen(
+        self.proc = _spawn(lambda: subprocess.Popen(
             prefix + argv if prefix else argv,
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, env=env,
             pass_fds=tuple(fds), start_new_session=True,
-            preexec_fn=_limit_memory(memory_limit_bytes) if memory_limit_bytes else None)
+            preexec_fn=_in_child(memory_limit_bytes, os.getpid())))
         os.close(write_fd)
+        os.close(life_end)
         calls_end.close()
         if worker_sock is not None:
             worker_sock.close()
@@ -122,14 +127,17 @@ class Worker:
         self._ready = threading.Event()
         self._idle = threading.Event()
         self._hold = False
+        self._timed = False  # the job times its calls: its report must hold samples
         self._followups = 0
         self._leftover: int | None = None
         self._reader = threading.Thread(target=self._read_marks, args=(read_fd,), daemon=True)
         self._reader.start()
 
     def _read_marks(self, fd: int) -> None:
+        """The worker's marks, a line each, read 64 bytes at most at a time (a candidate's
+        process can write there: a line without end is not held in memory)."""
         with os.fdopen(fd, "rb") as pipe:
-            for line in pipe:
+            while line := pipe.readline(64):
                 label = line.decode(errors="replace").strip()[:40]
                 if label == "ready":
                     self._ready.set()
@@ -171,9 +179,12 @@ class Worker:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
 
-    def drive(self, plan: DriverPlan, read_kept: Any = None) -> CallDriver:
-        """Serve this worker's calls (``driver.CallDriver``) from now until it ends."""
-        self.driver = CallDriver(calls.Lines(self.calls_sock), plan, read_kept).start()
+    def drive(self, plan: DriverPlan, read_kept: Any = None,
+              at_counted: Callable[[], None] | None = None) -> CallDriver:
+        """Serve this worker's calls (``driver.CallDriver``) from now until it ends;
+        ``at_counted`` as ``CallDriver``'s."""
+        self.driver = CallDriver(calls.Lines(self.calls_sock), plan, read_kept,
+                                 at_counted).start()
         return self.driver
 
     def followup(self, job: dict[str, Any], timeout_s: float) -> WorkerOutcome:
@@ -197,7 +208,7 @@ class Worker:
 
     def start(self, job: dict[str, Any], hold: bool = False) -> None:
         """Send ``job``; the worker begins at once."""
-        self._hold = hold
+        self._hold, self._timed = hold, bool(job.get("time"))
         try:
             self._lend(job)
             self.proc.stdin.write((json.dumps({**job, "hold": hold}) + "\n").encode())
@@ -261,6 +272,9 @@ class Worker:
         if self._stderr_read is not None:
             os.close(self._stderr_read)
             self._stderr_read = None
+        if self._lifeline is not None:  # the worker has ended: its lifeline can go
+            os.close(self._lifeline)
+            self._lifeline = None
         if self.driver is not None:
             self.driver.join(5.0)
         self.device_pack = None
@@ -329,23 +343,12 @@ class Worker:
 
     def _outcome(self, code: int | None, timed_out: bool, timeout_s: float, leftover: int,
                  name: str = "result.json") -> WorkerOutcome:
-        stderr_tail = _tail(self._stderr_read)
-        result = report(_read_small(self.out_dir / name, REPORT_BYTES))
-        stage = (_read_small(self.out_dir / "stage", 200) or "start").strip()[:80] or "start"
-        marks = tuple(self.marks)
         if self.confined and code is not None and code > 128:
             code = 128 - code  # the init shell reports a child killed by signal N as 128 + N
-        if timed_out:
-            return WorkerOutcome(False, result, f"timed out after {timeout_s:.0f} s "
-                                 f"(stage: {stage})", stderr_tail, marks, leftover)
-        if not result:
-            return WorkerOutcome(False, {"stage": stage},
-                                 f"{_describe_exit(code, stderr_tail)} (stage: {stage})",
-                                 stderr_tail, marks, leftover)
-        if not result.get("ok"):
-            return WorkerOutcome(False, result, f"{result.get('stage')}: {result.get('error')}",
-                                 stderr_tail, marks, leftover)
-        return WorkerOutcome(True, result, None, stderr_tail, marks, leftover)
+        return outcome(read_small(self.out_dir / name, REPORT_BYTES),
+                       read_small(self.out_dir / "stage", 200), code, timed_out, timeout_s,
+                       leftover, _tail(self._stderr_read), tuple(self.marks),
+                       timed=self._timed and name == "result.json")
 
 
 def close_all(workers: list[Worker]) -> None:
@@ -361,10 +364,60 @@ def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
         return None
 
 
-def _limit_memory(limit: int):
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
+
+
+def _in_child(memory_limit: int | None, judge: int) -> Callable[[], None]:
+    """What a worker's leader does between fork and exec: die with the thread that started
+    it (``_spawn``'s, which lasts as long as ``judge``'s process; a judge already gone ends
+    it at once) and take its address-space limit."""
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != judge:
+            os._exit(1)
+        if memory_limit:
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
     return apply
+
+
+_spawner: queue.SimpleQueue | None = None
+_spawner_lock = threading.Lock()
+
+
+def _forked() -> None:
+    """A forked copy of the judge has no spawning thread (and maybe a held lock): anew."""
+    global _spawner, _spawner_lock
+    _spawner, _spawner_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _spawn(start: Callable[[], subprocess.Popen]) -> subprocess.Popen:
+    """Run ``start`` on the spawning thread: one thread per judge process, never ending, so a
+    worker's leader, which dies with the thread that started it, dies with the judge alone
+    (a judge called from a thread that ends, such as a service's, keeps its workers)."""
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            jobs: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=_serve, args=(jobs,), name="judge-spawner",
+                             daemon=True).start()
+            _spawner = jobs
+        jobs = _spawner
+    done: Future = Future()
+    jobs.put((start, done))
+    return done.result()
+
+
+def _serve(jobs: queue.SimpleQueue) -> None:
+    while True:
+        start, done = jobs.get()
+        try:
+            done.set_result(start())
+        except BaseException as exc:  # the caller raises it
+            done.set_exception(exc)
 
 
 def _confine_prefix(out_dir: Path, confine: Confinement) -> list[str] | None:
@@ -377,19 +430,6 @@ def _confine_prefix(out_dir: Path, confine: Confinement) -> list[str] | None:
     return confine_argv(prefix, out_dir, list(confine.keep), list(confine.rw), init=True)
 
 
-def _describe_exit(code: int | None, stderr_tail: str) -> str:
-    if code is not None and code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        what = f"process killed by {name}"
-    else:
-        what = f"process exited with code {code} before reporting"
-    last = stderr_tail.strip().splitlines()[-1:] if stderr_tail.strip() else []
-    return what + (f": {last[0][:300]}" if last else "")
-
-
 def _tail(fd: int | None, limit: int = 2000) -> str:
     """The last ``limit`` bytes the worker wrote to its stderr, read through the judge's own
     descriptor of the file it was given."""
@@ -400,59 +440,3 @@ def _tail(fd: int | None, limit: int = 2000) -> str:
         return os.pread(fd, limit, max(0, size - limit)).decode(errors="replace")
     except OSError:
         return ""
-
-
-REPORT_BYTES = 4 << 20
-"""The largest report (``result.json``) the judge reads."""
-
-
-def _read_small(path: Path, limit: int) -> str | None:
-    """A file of the worker's folder, if it is a regular file of at most ``limit`` bytes
-    (never following a link, never blocking on a pipe): the worker may put anything there."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > limit:
-            return None
-        return os.pread(fd, limit + 1, 0)[:limit].decode(errors="replace")
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-_REPORT_TYPES = {"ok": bool, "stage": str, "error": str, "traceback": str, "pid": int,
-                 "samples_ms": list, "time_meaning": str, "timing_details": dict,
-                 "profile": str, "stage_at": dict, "outputs": dict, "sizes": dict,
-                 "aliases": list, "io_bytes": int, "float64": bool, "float64_error": str,
-                 "fan_in": (list, dict, type(None)), "degenerate": (str, type(None)),
-                 "bandwidth_gbs": (int, float), "seccomp": str}
-
-
-def report(text: str | None) -> dict[str, Any]:
-    """A worker's report, parsed and cut to the fields the judge reads, each of its type
-    (a field of another type is dropped; a candidate's process may write anything):
-    ``samples_ms`` finite numbers only, ``stage_at`` numbers only."""
-    try:
-        raw = json.loads(text) if text else {}
-    except ValueError:
-        return {}
-    if not isinstance(raw, dict):
-        return {}
-    found = {k: v for k, v in raw.items() if k in _REPORT_TYPES
-             and isinstance(v, _REPORT_TYPES[k]) and not (k in ("pid", "io_bytes")
-                                                        and isinstance(v, bool))}
-    if "samples_ms" in found and not all(
-            type(x) in (int, float) and math.isfinite(x) and x >= 0
-            for x in found["samples_ms"]):
-        del found["samples_ms"]
-    if "stage_at" in found:
-        found["stage_at"] = {str(k): float(v) for k, v in found["stage_at"].items()
-                             if type(v) in (int, float) and math.isfinite(v)}
-    if "timing_details" in found:
-        found["timing_details"] = {str(k): v for k, v in found["timing_details"].items()
-                                   if type(v) in (int, float, str, bool, dict, type(None))}
-    return found

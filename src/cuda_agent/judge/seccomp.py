@@ -1,13 +1,14 @@
 """No new native code in the candidate's process once its calls have begun (Linux, x86-64).
 
-The judge checks, by their symbols, the files a candidate's process has mapped as code when
-its run ends (``retime.loaded_code``). A library loaded inside a call and unloaded before
-the call returns would not be there to check, nor would code written into memory made
-executable at run time. After the warm-up (whose calls may load what the candidate's
-kernels load lazily, such as cuDNN's engines) the worker therefore installs a seccomp filter
-on all its threads: mapping or protecting memory as executable, running a program and
-writing another process's memory fail with EPERM from then on. A filter cannot be removed,
-and the kernel applies it to every thread and every process started later.
+The judge checks, by their symbols, the files a candidate's process has mapped as code once
+its calls are counted and when its run ends (``code_hold``, ``retime.loaded_code``). A
+library loaded inside a call and unloaded before the call returns would be at neither look,
+nor would code written into memory made executable at run time. After the warm-up (whose
+calls may load what the candidate's kernels load lazily, such as cuDNN's engines) the
+worker therefore installs a seccomp filter on all its threads: mapping or protecting memory
+as executable, running a program and writing another process's memory fail with EPERM from
+then on. A filter cannot be removed, and the kernel applies it to every thread and every
+process started later; the judge reads from ``/proc`` that it is on (``code_hold``).
 
 The filter is built and its system calls bound before any candidate code runs
 (``prepare``); the harness calls what ``prepare`` returned.
@@ -68,10 +69,15 @@ class _Filter(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+def supported() -> bool:
+    """Whether the filter is built for this machine (Linux on x86-64)."""
+    return platform.machine() == "x86_64" and platform.system() == "Linux"
+
+
 def prepare() -> Callable[[], str | None]:
     """The installer, bound now: call it to install the filter on every thread; it returns
     None once installed, else why not (another architecture, a kernel without seccomp)."""
-    if platform.machine() != "x86_64" or platform.system() != "Linux":
+    if not supported():
         return lambda: f"no seccomp filter on {platform.system()} {platform.machine()}"
     try:
         libc = ctypes.CDLL(None, use_errno=True)

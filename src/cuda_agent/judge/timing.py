@@ -44,9 +44,9 @@ from cuda_agent.judge.device_timer import (
 from cuda_agent.judge.source import CallSource
 from cuda_agent.results import TimingStats
 
-__all__ = ["TIME_MEANINGS", "L2_FLUSH_BYTES", "PRE_NS_RANGE", "Blocker", "CallSource",
-           "DeviceTimer", "Measured", "device_sample", "load_blocker", "measure",
-           "median_ci", "pre_block_ns", "stats", "worker_stats"]
+__all__ = ["TIME_MEANINGS", "L2_FLUSH_BYTES", "MAX_SAMPLES", "PRE_NS_RANGE", "Blocker",
+           "CallSource", "DeviceTimer", "Measured", "clean_samples", "device_sample",
+           "load_blocker", "measure", "median_ci", "pre_block_ns", "stats", "worker_stats"]
 
 RECORDED_CALLS = 32
 """Calls made inside the activity record, after the timed ones (``measure``'s ``record``).
@@ -66,7 +66,7 @@ TIME_MEANINGS = {
     "wall": ("per-call wall time between device-wide synchronisations (all streams and "
              "threads count), less what the worker spends around a call that does nothing, "
              "held to the judge's own clock (never under its median time of the calls / "
-             "(1 + clock_margin) - clock_slack_ms); " + _COMMON),
+             "(1 + clock_margin) - clock_slack_wall_ms); " + _COMMON),
 }
 TIME_MEANING = TIME_MEANINGS["wall"]
 """The meaning without a blocker."""
@@ -75,10 +75,31 @@ _clock = time.perf_counter
 _cuda_sync = torch.cuda.synchronize
 
 
+MAX_SAMPLES = 100_000
+"""The most samples a worker may report (far above any ``max_runs`` in use; a report of
+``report.REPORT_BYTES`` holds about 200 000)."""
+MAX_SAMPLE_MS = 1e9
+"""The longest time a sample may say (about 11 days): their sum stays finite."""
+
+
+def clean_samples(values: Any) -> list[float] | None:
+    """A worker's reported samples (ms) as floats if they are a list of 1 to ``MAX_SAMPLES``
+    finite times from 0 to ``MAX_SAMPLE_MS`` (an honest wall sample less the stand-ins'
+    cost may be 0); None otherwise (the process's own report: anything may be there)."""
+    if type(values) is not list or not 0 < len(values) <= MAX_SAMPLES:
+        return None
+    if not all(type(x) in (int, float) and 0 <= x <= MAX_SAMPLE_MS for x in values):
+        return None  # NaN fails both comparisons
+    return [float(x) for x in values]
+
+
 def median_ci(samples: Sequence[float], z: float = 1.96) -> tuple[float, float]:
-    """Distribution-free confidence interval of the median from order statistics."""
+    """Distribution-free confidence interval of the median from order statistics
+    (``ValueError`` without samples)."""
     ordered = sorted(samples)
     n = len(ordered)
+    if not n:
+        raise ValueError("median_ci() needs at least one sample")
     half = z * math.sqrt(n) / 2
     lo = max(0, math.floor(n / 2 - half))
     hi = min(n - 1, math.ceil(n / 2 + half) - 1)
@@ -94,10 +115,20 @@ def stats(samples: Sequence[float], left_out: int = 0, late: int = 0) -> TimingS
 
 
 def worker_stats(result: dict[str, Any]) -> TimingStats:
-    """The statistics of a worker's raw samples (computed in the judge's process)."""
-    details = result.get("timing_details") or {}
-    return stats(result["samples_ms"], int(details.get("disturbed", 0) or 0),
-                 int(details.get("late", 0) or 0))
+    """The statistics of a worker's raw samples (computed in the judge's process), read as
+    ``clean_samples`` reads them, its counts of left-out calls as whole numbers from 0 (any
+    other value counts 0); ``ValueError`` where no usable samples were reported (the judge
+    refuses such a report first: ``report.report``, ``verify.check_run``)."""
+    samples = clean_samples(result.get("samples_ms"))
+    if samples is None:
+        raise ValueError("the worker reported no usable timing samples")
+    details = result.get("timing_details")
+    details = details if isinstance(details, dict) else {}
+    return stats(samples, _count(details.get("disturbed")), _count(details.get("late")))
+
+
+def _count(value: Any) -> int:
+    return value if type(value) is int and 0 <= value <= MAX_SAMPLES else 0
 
 
 def pooled(parts: Sequence[TimingStats]) -> TimingStats:

@@ -17,7 +17,7 @@ from cuda_agent.judge.driver import Snapshot
 from cuda_agent.judge.plan import Reference
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Timed
-from cuda_agent.judge.timing import TIME_MEANINGS, pooled, worker_stats
+from cuda_agent.judge.timing import TIME_MEANINGS, clean_samples, pooled, worker_stats
 from cuda_agent.results import TimingStats
 from cuda_agent.tasks.tolerance import declared
 
@@ -75,14 +75,20 @@ def check_run(verdict: Verdict, run: Timed, base: Baselines) -> bool:
     """One process's own reports that can only fail it (work left on another stream, an
     activity record that does not match) and its time's meaning; False after failing the
     verdict."""
-    if _unjoined(verdict, run.outcome.result.get("timing_details") or {}):
+    result = run.outcome.result
+    details = result.get("timing_details")
+    if _unjoined(verdict, details if isinstance(details, dict) else {}):
         return False
-    meaning = run.outcome.result.get("time_meaning", "wall")
-    if meaning != base.meaning or meaning not in TIME_MEANINGS:
+    meaning = result.get("time_meaning", "wall")
+    if not isinstance(meaning, str) or meaning != base.meaning or meaning not in TIME_MEANINGS:
         verdict.correct = False
-        verdict.reasons.append(f"candidate timed as {meaning!r} time, baselines as "
+        verdict.reasons.append(f"candidate timed as {str(meaning)[:40]!r} time, baselines as "
                                f"{base.meaning!r}: not comparable (the judge's timer did "
                                "not load in the candidate's process?)")
+        return False
+    if clean_samples(result.get("samples_ms")) is None:  # ``report.report`` refuses it first
+        verdict.correct = False
+        verdict.reasons.append("candidate's process reported no usable timing samples")
         return False
     return True
 
@@ -119,8 +125,9 @@ def run_stats(run: Timed) -> TimingStats:
 def bounded(parts: list[TimingStats], clocks: list[JudgeClock], meaning: str,
             cfg: JudgeConfig) -> tuple[TimingStats, str | None]:
     """The processes' time pooled and held to the judge's clock: a time under (the judge's
-    median time of the wall calls) / (1 + ``clock_margin``) less ``clock_slack_ms`` is
-    raised to that, with a flag. The samples come from the worker's own clock (steadier
+    median time of the wall calls) / (1 + ``clock_margin``) less the slack
+    (``clock_slack_ms`` for device times, ``clock_slack_wall_ms`` for wall times) is raised
+    to that, with a flag. The samples come from the worker's own clock (steadier
     than the judge's, which counts the messages too), so what they could gain by lying is
     that margin."""
     measured = pooled(parts)
@@ -129,7 +136,8 @@ def bounded(parts: list[TimingStats], clocks: list[JudgeClock], meaning: str,
         return measured, ("review: no wall call was timed by the judge's clock: the time "
                           "stands unchecked")
     judged = statistics.median(medians)
-    floor = judged / (1 + cfg.clock_margin) - cfg.clock_slack_ms
+    slack = cfg.clock_slack_wall_ms if meaning == "wall" else cfg.clock_slack_ms
+    floor = judged / (1 + cfg.clock_margin) - slack
     measured = dataclasses.replace(measured, clock_ms=judged)
     if measured.median_ms >= floor:
         return measured, None
@@ -145,20 +153,21 @@ def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
     """Fail a candidate whose forward returned with work still running on another stream
     (hack 14): a consumer on the calling stream would race with it, and the work itself
     would escape the time of the calling stream (``device_timer.DeviceTimer.unjoined``)."""
-    unjoined, calls = int(details.get("unjoined") or 0), int(details.get("calls") or 0)
-    overran = int(details.get("overran") or 0)
-    if details.get("activity_error") and not any("activity record" in f for f in verdict.flags):
-        verdict.flags.append(f"device activity record not taken ({details['activity_error']}): "
+    unjoined, calls = _count(details, "unjoined"), _count(details, "calls")
+    overran = _count(details, "overran")
+    error, problem = _note(details, "activity_error"), _note(details, "activity_problem")
+    if error and not any("activity record" in f for f in verdict.flags):
+        verdict.flags.append(f"device activity record not taken ({error}): "
                              "work left on another stream was looked for by the timer alone")
-    if details.get("activity_problem"):
+    if problem:
         verdict.correct = False
         verdict.reasons.append("the device's activity record does not match the calls made "
-                               f"({details['activity_problem']})")
+                               f"({problem})")
         return True
     if overran:
-        recorded = int(details.get("activity_calls") or 0)
+        recorded = _count(details, "activity_calls")
         seen = (f"{overran} of {recorded} calls recorded after the timed ones, by up to "
-                f"{float(details.get('overrun_us_max') or 0):.1f} us past the call's end, in "
+                f"{_amount(details, 'overrun_us_max'):.1f} us past the call's end, in "
                 "the device's activity record")
     elif calls and unjoined > UNJOINED_MAX_SHARE * calls:
         seen = f"{unjoined} of {calls} timed calls"
@@ -171,3 +180,25 @@ def _unjoined(verdict: Verdict, details: dict[str, Any]) -> bool:
         "(torch.cuda.current_stream().wait_stream(stream), or cudaStreamWaitEvent in C++); "
         "a caller reading the outputs on its own stream would race with the work")
     return True
+
+
+_BIGGEST = 2**53
+
+
+def _count(details: dict[str, Any], key: str) -> int:
+    """A count the worker reported: a whole number from 0 to 2^53, else 0 (the report is
+    typed by ``report.report``; any value here, of any type, still cannot raise)."""
+    value = details.get(key)
+    return value if type(value) is int and 0 <= value <= _BIGGEST else 0
+
+
+def _amount(details: dict[str, Any], key: str) -> float:
+    """An amount the worker reported: a finite number from 0 to 2^53, else 0."""
+    value = details.get(key)
+    return float(value) if type(value) in (int, float) and 0 <= value <= _BIGGEST else 0.0
+
+
+def _note(details: dict[str, Any], key: str) -> str:
+    """A note the worker reported: a text of at most 300 characters, else none."""
+    value = details.get(key)
+    return value[:300] if isinstance(value, str) else ""

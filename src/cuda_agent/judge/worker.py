@@ -7,14 +7,22 @@ while the kernels build. Results go to ``OUT/result.json`` and tensor files; tim
 to the file descriptor ``MARK_FD``, which the judge timestamps with its own clock. The
 candidate's process never receives the reference ``Model`` (the judge strips it from the
 task code), the reference outputs or the comparison.
+
+A worker dies with the judge (``hold_lifeline``). Held after its report, a baseline's
+worker serves the judge's further jobs; a candidate's only waits, whatever its code did
+meanwhile, until the judge, having read what it loaded, closes its stdin.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
+import fcntl
 import json
 import os
 import random
+import select
+import signal
 import sys
 import time
 import traceback
@@ -24,6 +32,9 @@ from typing import Any
 import torch
 
 from cuda_agent.judge import timing  # noqa: F401  (binds the clocks before candidate code)
+
+LIFELINE_ENV = "CUDA_AGENT_LIFELINE_FD"
+"""The environment variable naming the worker's end of its lifeline (``hold_lifeline``)."""
 
 
 class StageError(RuntimeError):
@@ -139,6 +150,52 @@ def _follow_ups(out: Path, mark) -> None:
         mark("ready")
 
 
+def _until_closed() -> None:
+    """A held candidate's worker: wait until the judge closes stdin (having checked what the
+    process loaded), never importing or running anything of the judge's again (its modules
+    are hidden from the candidate by then). Where stdin cannot be read (the candidate's code
+    closed it), wait until the judge kills it."""
+    while True:
+        try:
+            if not os.read(0, 1 << 16):
+                return
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                time.sleep(1.0)
+
+
+def _held(out: Path, mark, candidate: bool) -> None:
+    """After the report: ``ready``, then a baseline serves further jobs (``_follow_ups``), a
+    candidate waits (``_until_closed``). Whatever fails here, the worker stays until the
+    judge lets it go (closes stdin): it is what the judge inspects while held."""
+    try:
+        mark("ready")
+        if not candidate:
+            _follow_ups(out, mark)
+            return
+    except BaseException:
+        pass
+    _until_closed()
+
+
+def hold_lifeline() -> None:
+    """Die with the judge: the worker's end of a pipe only the judge can write to (named by
+    ``LIFELINE_ENV``) raises SIGIO, whose default action ends the process, the moment the
+    judge's end closes, which its death does (even by SIGKILL). SIGIO's default action and
+    delivery are restored first (both are inherited); a judge gone already ends it now."""
+    fd = os.environ.get(LIFELINE_ENV)
+    if fd is None or not fd.isdigit():
+        return
+    end = int(fd)
+    signal.signal(signal.SIGIO, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGIO})
+    fcntl.fcntl(end, fcntl.F_SETSIG, 0)  # 0: SIGIO itself
+    fcntl.fcntl(end, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(end, fcntl.F_SETFL, fcntl.fcntl(end, fcntl.F_GETFL) | os.O_ASYNC)
+    if select.select([end], [], [], 0)[0]:  # no one writes to it: readable means closed
+        os._exit(1)
+
+
 def preload(trace: bool = True) -> None:
     """Import now what the first dispatch-mode call would import lazily (torch's dynamo and
     higher-order operators: seconds of CPU even with bytecode cached), while the worker still
@@ -181,6 +238,7 @@ def prepare(device: str, fields: dict[str, Any]) -> None:
 
 
 def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
+    hold_lifeline()
     out = Path(out_dir)
     fd = int(mark_fd)
 
@@ -211,16 +269,13 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
         result["error"] = f"{type(exc).__name__}: {str(exc)[:800]}"
         result["traceback"] = "".join(tb)[-3000:]
-    _report(result, out / "result.json")
-    sys.stdout.flush()
-    if job.get("hold"):
-        # keep exported buffers mapped until the judge has copied them, and serve the
-        # judge's further jobs, until stdin closes
-        try:
-            mark("ready")
-            _follow_ups(out, mark)
-        except (OSError, ValueError):
-            pass
+    try:  # the candidate's code may have replaced any of this: it cannot end the worker
+        _report(result, out / "result.json")
+        sys.stdout.flush()
+    except BaseException:
+        pass
+    if job.get("hold"):  # mapped and inspectable until the judge lets go
+        _held(out, mark, job.get("role") == "candidate")
     # skip interpreter teardown: a candidate's static destructors or threads cannot hang us
     os._exit(0)
 

@@ -262,7 +262,8 @@ def test_baseline_cache_inflated_by_a_candidate_does_not_affect_later_judgements
     judge(task, candidate, time_budget_s=1.0)
     after = judge(task, honest, time_budget_s=1.0)
     assert after.eager_ms <= 2 * before.eager_ms, (after.eager_ms, before.eager_ms)
-    assert after.reward <= before.reward, (said(after), said(before))
+    if before.compile_ms is not None:
+        assert after.compile_ms <= 2 * before.compile_ms, (after.compile_ms, before.compile_ms)
 
 
 @pytest.mark.slow
