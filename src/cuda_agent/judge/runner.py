@@ -97,6 +97,7 @@ class Worker:
                 str(write_fd), "trace" if trace else "torch"]
         prefix = _confine_prefix(self.out_dir, confine) if confine is not None else None
         self.confined = prefix is not None
+        self.candidate = candidate
         self.pack_fd: int | None = None
         self.device_pack = None  # a cuda_vmm.DeviceMemory lent with the job (candidates)
         self._pack_sock = worker_sock = None
@@ -248,7 +249,9 @@ class Worker:
             return self._leftover or 0
         if self._leftover is None and self.proc.poll() is None:
             self._leftover = self._count_leftovers()  # before the worker's exit hides them
-        if self.proc.poll() is None and self._hold:
+        if self.proc.poll() is None and self._hold and not self.candidate:
+            # a held candidate owes the judge nothing more once checked: killed at once, it
+            # spares the judge its interpreter's (and CUDA context's) orderly exit
             with contextlib.suppress(BrokenPipeError, OSError):
                 self.proc.stdin.close()
             with contextlib.suppress(subprocess.TimeoutExpired):

@@ -17,8 +17,8 @@ import pytest
 from cuda_agent.judge.baselines import Baselines
 from cuda_agent.judge.clock import JudgeClock
 from cuda_agent.judge.record import Verdict
-from cuda_agent.judge.retime import Timed
 from cuda_agent.judge.report import WorkerOutcome, outcome, report
+from cuda_agent.judge.retime import Timed
 from cuda_agent.judge.timing import clean_samples, worker_stats
 from cuda_agent.judge.verify import check_run, check_timing
 from cuda_agent.results import JudgeResult, TimingStats
