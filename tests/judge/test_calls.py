@@ -261,8 +261,8 @@ def test_the_warm_up_ends_by_the_judges_count_alone_and_none_of_it_is_kept():
 @pytest.mark.parametrize("keep", [1, 2, 3, 5])
 def test_each_kind_of_call_is_checked(keep: int):
     """Wall calls and device-timer calls each fill a reservoir of their own: a candidate
-    told which kind a call is cannot skip the work in one kind unseen (with a single kept
-    call, the kind is the judge's secret draw)."""
+    told which kind a call is cannot skip the work in one kind unseen (a single kept call
+    is drawn from both kinds alike, so that no kind is never kept)."""
     kinds: Counter = Counter()
     for seed in range(40):
         plan = DriverPlan(keep=keep, calibrate=1, wall_share=0.25, min_runs=30,
@@ -280,6 +280,8 @@ def test_each_kind_of_call_is_checked(keep: int):
         if keep > 1:
             assert got[True] >= 1 and got[False] >= 1, got
         kinds.update(got)
+        if keep == 1:  # one reservoir for both kinds: none of size 0 to learn
+            assert driver.reservoirs[True] is driver.reservoirs[False]
     assert kinds[True] and kinds[False]
 
 
@@ -330,3 +332,32 @@ def test_the_first_counted_call_is_announced_once():
     thread.join(60)
     driver.join(60)
     assert calls_seen == [2 + 3 + 1]
+
+
+@pytest.mark.parametrize("timed", [True, False])
+def test_a_job_gets_only_its_own_kind_of_phases(timed: bool):
+    """A timed job's calls cannot be asked for as ``check`` calls (which the judge's clock
+    does not count), nor an untimed job's as timed ones."""
+    other = "check" if timed else "timed"
+
+    def worker(channel: CallChannel) -> None:
+        _make_calls(channel, "calibrate")
+        with pytest.raises(ProtocolError):
+            channel.need(other)
+
+    driver = _serve(DriverPlan(calibrate=1, timed=timed, rng=random.Random(13)), worker)
+    assert driver.error and other in driver.error
+
+
+def test_the_timed_calls_cannot_be_skipped():
+    """A timed job's worker that goes from the warm-up straight to the tail (where the
+    judge owes it the kept calls) is refused: every timed job makes ``min_runs`` calls."""
+    def worker(channel: CallChannel) -> None:
+        _make_calls(channel, "calibrate")
+        _make_calls(channel, "warmup")
+        with pytest.raises(ProtocolError):
+            channel.need("tail")
+
+    plan = DriverPlan(keep=2, calibrate=1, warmup=2, min_runs=20, rng=random.Random(14))
+    driver = _serve(plan, worker, read_kept=lambda message: ([], []))
+    assert driver.error and "before the judge ended the timed calls" in driver.error

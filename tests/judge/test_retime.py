@@ -261,7 +261,13 @@ def test_a_time_is_held_to_the_judges_clock(meaning: str, reported_ms: float, ju
         is raised
 
 
-def test_device_time_without_wall_calls_is_flagged():
-    verdict = _check([_timed(1.0, None)], "device")
-    assert verdict.runtime_ms == pytest.approx(1.0)
-    assert "no wall call was timed" in verdict.flags[0]
+@pytest.mark.parametrize("meaning", ["device", "wall"])
+def test_a_time_the_judges_clock_did_not_see_is_no_time(meaning: str):
+    """However fast the process says it was, with no counted call on the judge's clock
+    there is no time, so no speed-up."""
+    verdict = _check([_timed(0.001, None)], meaning)
+    assert verdict.runtime_ms is None and verdict.timing is None
+    assert "no counted call was timed by the judge's clock" in verdict.flags[0]
+    from cuda_agent.judge.reward import milestone_reward
+
+    assert milestone_reward(True, verdict.runtime_ms, 1.0, 1.0, 0.95) == 1

@@ -45,12 +45,16 @@ class MappedFile:
 
 @dataclasses.dataclass(frozen=True)
 class Opened:
-    """A mapped file and, once opened (``open_mapped``), the descriptor it is read by and
-    the digest of its bytes then (``symbols.digest_fd``)."""
+    """A mapped file and, once opened (``open_mapped``), the descriptor it is read by, the
+    digest of its bytes then (``symbols.digest_fd``) and its change time (``st_ctime_ns``):
+    bytes written and written back leave the digest as it was, but the change time moves
+    with every write, through ``write`` or a shared mapping, and no process can set it
+    back."""
 
     mapped: MappedFile
     fd: int | None = None
     digest: str | None = None
+    ctime_ns: int | None = None
 
 
 def mapped_files(pid: int) -> list[MappedFile]:
@@ -120,7 +124,11 @@ def check_process(pid: int, policy: Policy, trusted: Iterable[Path],
                                            f"unreadable: {exc.strerror or exc}", "holds"))
             continue
         try:
-            if own is None or not own(where, fd):
+            if opened.ctime_ns is not None and os.fstat(fd).st_ctime_ns != opened.ctime_ns:
+                checks.problems.append(Problem(
+                    where, "code that changed after the judge first read it",
+                    "the file was written while mapped (its change time moved)", "holds"))
+            elif own is None or not own(where, fd):
                 checks.add(fd, where, opened.digest)
         finally:
             if opened.fd is None:

@@ -72,12 +72,14 @@ def hold_mapped_code(pid: int, trusted: Iterable[Path]) -> HeldCode:
     for mapped in found:
         try:
             fd = open_mapped(pid, mapped)
-            read += os.fstat(fd).st_size
+            info = os.fstat(fd)
+            read += info.st_size
         except OSError as exc:
             problems.append(f"{mapped.where} holds code the judge cannot check "
                             f"(unreadable: {exc.strerror or exc}): not allowed")
             continue
-        files.append(Opened(mapped, fd, digest_fd(fd) if read <= MAX_CODE_BYTES else None))
+        files.append(Opened(mapped, fd, digest_fd(fd) if read <= MAX_CODE_BYTES else None,
+                            info.st_ctime_ns))
     return HeldCode(files, problems)
 
 

@@ -94,6 +94,11 @@ class DriverPlan:
     """The timed phase ends no sooner than this many calls."""
     record: bool = False
     """Whether the worker may make ``record`` calls (the activity record, on CUDA)."""
+    timed: bool = True
+    """Whether the job times its calls: a timed job's calls go through ``warmup``,
+    ``timed`` (``record``) and ``tail``, an untimed one's through ``check`` alone; a worker
+    that asks for the other kind's phases is refused (served as ``check`` calls, a timed
+    job's calls would escape the judge's clock)."""
     rng: random.Random = field(default_factory=Keyed)
     """Never Python's own generator in a judgement: its outputs give away its state."""
 
@@ -145,15 +150,14 @@ class CallDriver:
         self._thread = threading.Thread(target=self._serve, daemon=True, name="judge-calls")
 
     def _reservoirs(self) -> dict[bool, Reservoir]:
-        """One reservoir per kind of call (wall or not), their sizes summing to ``keep``; a
-        single kept call goes to a kind the judge draws, unseen by the worker."""
+        """One reservoir per kind of call (wall or not), their sizes summing to ``keep``.
+        A single kept call is drawn from both kinds alike: a reservoir of none would be
+        learnt from the answers (its kind never kept) and left unchecked."""
         keep, rng = self.plan.keep, self.plan.rng
-        if self.plan.wall_share >= 1:
-            wall = keep
-        elif keep == 1:
-            wall = int(rng.random() < 0.5)
-        else:
-            wall = (keep + 1) // 2
+        if self.plan.wall_share >= 1 or keep <= 1:
+            both = Reservoir(keep, rng)
+            return {True: both, False: both}
+        wall = (keep + 1) // 2
         return {True: Reservoir(wall, rng), False: Reservoir(keep - wall, rng)}
 
     def _place_scaled(self) -> dict[int, float]:
@@ -180,7 +184,8 @@ class CallDriver:
     def owed(self) -> int:
         """Calls the judge still has to send before it ends the run: scaled calls not sent
         and reservoir places not filled."""
-        return len(self._scaled) + sum(self._unfilled(wall) for wall in (True, False))
+        unfilled = {id(r): max(0, r.size - len(r.kept)) for r in self.reservoirs.values()}
+        return len(self._scaled) + sum(unfilled.values())
 
     def _unfilled(self, wall: bool) -> int:
         reservoir = self.reservoirs[wall]
@@ -250,10 +255,15 @@ class CallDriver:
     def _advance(self, phase: str) -> None:
         """Phases go in order (``calls.PHASES``, ``check`` alone after ``calibrate``); one
         the judge has ended cannot be asked for again."""
-        if phase not in PHASES or (phase == "record" and not self.plan.record):
+        untimed = ("calibrate", "check")
+        if phase not in PHASES or (phase == "record" and not self.plan.record) or (
+                (phase in untimed) != (phase == "calibrate" or not self.plan.timed)):
             raise ProtocolError(f"a call of phase {phase!r}, which this worker has not")
         if phase in self._ended:
             raise ProtocolError(f"a call of phase {phase!r} after the judge ended it")
+        if phase in ("record", "tail") and self.plan.timed and "timed" not in self._ended:
+            raise ProtocolError(f"a call of phase {phase!r} before the judge ended the "
+                                "timed calls")  # else a worker could skip them
         order = PHASES.index(phase)
         if order < self._phase:
             raise ProtocolError(f"a call of phase {phase!r} after a later phase")

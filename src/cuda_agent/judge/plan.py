@@ -160,7 +160,7 @@ class JudgePlan:
                           calibrate=STAND_INS, expected_calls=int(timing["min_runs"]),
                           warmup=warmup, warmup_s=warmup_s, min_runs=int(timing["min_runs"]),
                           record=self.device.startswith("cuda") and self.cfg.activity_record,
-                          rng=self.rng.child())
+                          timed=self.cfg.time or process > 1, rng=self.rng.child())
 
     def _warmup_s(self) -> float:
         """The warm-up's seconds on CUDA (clocks ramp up); none on the CPU."""

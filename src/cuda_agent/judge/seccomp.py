@@ -42,8 +42,10 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 
 def program() -> bytes:
-    """The filter: for x86-64 calls, deny executable mappings and protections, running
-    programs and reaching other processes' memory (x32 calls too); allow everything else.
+    """The filter: deny every call made through another architecture's entry (i386's
+    ``int 0x80`` reaches ``mprotect`` and ``mmap2`` under other numbers) and x32 calls; for
+    x86-64 calls, deny executable mappings and protections, running programs and reaching
+    other processes' memory; allow everything else.
     Jumps are relative: a target T from instruction i is T - i - 1."""
     entries = [("prot", n) for n in _EXEC_PROT.values()] + [("deny", n) for n in
                                                              _DENIED.values()]
@@ -51,7 +53,7 @@ def program() -> bytes:
     allow = first + len(entries)
     prot, deny = allow + 1, allow + 4
     code = [_insn(_LD_W_ABS, 0, 0, 4),  # 0: the architecture
-            _insn(_JEQ, 0, allow - 2, _AUDIT_ARCH_X86_64),  # 1: another one: allow
+            _insn(_JEQ, 0, deny - 2, _AUDIT_ARCH_X86_64),  # 1: another one (int 0x80): deny
             _insn(_LD_W_ABS, 0, 0, 0),  # 2: the call's number
             _insn(_JGE, deny - 4, 0, _X32_BIT)]  # 3: an x32 call: deny
     for k, (kind, number) in enumerate(entries):

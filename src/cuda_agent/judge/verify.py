@@ -103,11 +103,11 @@ def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
     if flag:
         verdict.flags.append(flag)
     verdict.timing, verdict.time_meaning = measured, TIME_MEANINGS[meaning]
-    verdict.runtime_ms = measured.median_ms
+    verdict.runtime_ms = measured.median_ms if measured else None
     verdict.eager_timing, verdict.compile_timing = base.eager, base.compile
     verdict.eager_ms = base.eager.median_ms if base.eager else None
     verdict.compile_ms = base.compile.median_ms if base.compile else None
-    if io_bytes and base.bandwidth_gbs:
+    if io_bytes and base.bandwidth_gbs and verdict.runtime_ms is not None:
         floor_ms = io_bytes / (base.bandwidth_gbs * 1e9) * 1e3
         if verdict.runtime_ms < cfg.floor_margin * floor_ms:
             verdict.flags.append(
@@ -123,7 +123,7 @@ def run_stats(run: Timed) -> TimingStats:
 
 
 def bounded(parts: list[TimingStats], clocks: list[JudgeClock], meaning: str,
-            cfg: JudgeConfig) -> tuple[TimingStats, str | None]:
+            cfg: JudgeConfig) -> tuple[TimingStats | None, str | None]:
     """The processes' time pooled and held to the judge's clock: a time under (the judge's
     median time of the wall calls) / (1 + ``clock_margin``) less the slack
     (``clock_slack_ms`` for device times, ``clock_slack_wall_ms`` for wall times) is raised
@@ -132,9 +132,9 @@ def bounded(parts: list[TimingStats], clocks: list[JudgeClock], meaning: str,
     that margin."""
     measured = pooled(parts)
     medians = sorted(c.median_ms for c in clocks if c.median_ms is not None)
-    if not medians:
-        return measured, ("review: no wall call was timed by the judge's clock: the time "
-                          "stands unchecked")
+    if not medians:  # a time the judge cannot hold to its clock is no time
+        return None, ("no counted call was timed by the judge's clock: the time the "
+                      "process reported is not used")
     judged = statistics.median(medians)
     slack = cfg.clock_slack_wall_ms if meaning == "wall" else cfg.clock_slack_ms
     floor = judged / (1 + cfg.clock_margin) - slack

@@ -145,7 +145,8 @@ def _refused(where: str | Path) -> str:
 def _map_files_open() -> bool:
     """Whether this process may open ``/proc/PID/map_files`` (else a deleted file mapped
     by another process is unreadable to the judge, and refused as such)."""
-    span = Path("/proc/self/maps").read_text().split(maxsplit=1)[0]
+    span = next(line.split(maxsplit=1)[0] for line in
+                Path("/proc/self/maps").read_text().splitlines() if "/" in line)  # a file's
     try:
         os.close(os.open(f"/proc/self/map_files/{span}", os.O_RDONLY))
     except OSError:
@@ -265,7 +266,38 @@ def test_a_file_replaced_or_rewritten_after_mapping_is_not_taken_for_it(tmp_path
         "denied): not allowed"]
     assert sorted(found) == sorted(first + [
         f"{rewritten} holds code that changed after the judge first read it (the file was "
-        "written while mapped): not allowed"])
+        "written while mapped (its change time moved)): not allowed"])
+
+
+@x86_64_linux
+@pytest.mark.parametrize("how", ["pwrite", "shared-mapping"])
+def test_code_written_and_written_back_after_the_hold_is_refused(tmp_path: Path, built,
+                                                                 loader: Loader, how: str):
+    """A process that patches its own library's file for a while (its private mappings see
+    the page cache) and restores the bytes leaves the digest as it was, not the change
+    time."""
+    import mmap
+
+    library = _copy(built, "plain", tmp_path / "libpatched.so").resolve()
+    loader.do("load", library)
+    loader.do("seccomp")
+    held = code_hold.hold_mapped_code(loader.pid, TRUSTED)
+    try:
+        original = library.read_bytes()
+        with library.open("r+b") as handle:
+            if how == "pwrite":
+                os.pwrite(handle.fileno(), b"\xcc" * 16, 4096)
+                os.pwrite(handle.fileno(), original[4096:4112], 4096)
+            else:
+                with mmap.mmap(handle.fileno(), 0) as shared:
+                    shared[4096:4112] = b"\xcc" * 16
+                    shared[4096:4112] = original[4096:4112]
+        assert library.read_bytes() == original
+        found = _check(loader.pid, held)
+    finally:
+        held.close()
+    assert found == [f"{library} holds code that changed after the judge first read it (the "
+                     "file was written while mapped (its change time moved)): not allowed"]
 
 
 @x86_64_linux

@@ -1,0 +1,56 @@
+"""The seccomp filter the harness installs once the warm-up is over (``judge.seccomp``), run
+in a real child process: no new executable memory through any system call entry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from cuda_agent.judge import seccomp
+
+pytestmark = pytest.mark.skipif(not seccomp.supported(), reason="the filter is x86-64 Linux's")
+
+# A page of machine code made before the filter: i386 system calls through int 0x80
+# (getpid is 20, mprotect 125), and an x86-64 mprotect (10) through syscall.
+PROBE = textwrap.dedent('''
+    import ctypes, mmap, sys
+    from cuda_agent.judge import seccomp
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    MAP_32BIT = 0x40  # i386 calls take 32-bit addresses
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | MAP_32BIT
+    code = libc.mmap(None, 4096, 7, flags, -1, 0)
+    data = libc.mmap(None, 4096, 3, flags, -1, 0)
+
+    def i386(number, a=0, b=0, c=0):  # mov eax/ebx/ecx/edx, imm32; int 0x80; ret
+        body = (b"\\x53\\xb8" + number.to_bytes(4, "little") + b"\\xbb" + a.to_bytes(4, "little")
+                + b"\\xb9" + b.to_bytes(4, "little") + b"\\xba" + c.to_bytes(4, "little")
+                + b"\\xcd\\x80\\x5b\\xc3")
+        ctypes.memmove(code, body, len(body))
+        return ctypes.CFUNCTYPE(ctypes.c_int)(code)()
+
+    before = i386(20)
+    error = seccomp.prepare()()
+    assert error is None, error
+    after_getpid = i386(20)
+    after_mprotect = i386(125, data, 4096, 7)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    x86_64 = libc.mprotect(ctypes.c_void_p(data), 4096, 7)
+    print(before, after_getpid, after_mprotect, x86_64)
+''')
+
+
+def test_no_system_call_through_another_architectures_entry_and_no_executable_memory():
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    before, getpid, mprotect, x86_64 = (int(v) for v in done.stdout.split())
+    assert before > 0  # the i386 entry works on this kernel: the probe means something
+    assert getpid == -1 and mprotect == -1  # -EPERM, whatever the call
+    assert x86_64 == -1
