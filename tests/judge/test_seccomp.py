@@ -42,7 +42,11 @@ PROBE = textwrap.dedent('''
     after_mprotect = i386(125, data, 4096, 7)
     libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     x86_64 = libc.mprotect(ctypes.c_void_p(data), 4096, 7)
-    print(before, after_getpid, after_mprotect, x86_64)
+    implied = libc.personality(0x0400000)  # READ_IMPLIES_EXEC
+    shm = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    attached = libc.shmat(shm, None, 0o100000)  # SHM_EXEC
+    libc.shmctl(shm, 0, None)  # IPC_RMID
+    print(before, after_getpid, after_mprotect, x86_64, implied, attached)
 ''')
 
 
@@ -50,7 +54,27 @@ def test_no_system_call_through_another_architectures_entry_and_no_executable_me
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    before, getpid, mprotect, x86_64 = (int(v) for v in done.stdout.split())
+    before, getpid, mprotect, x86_64, implied, attached = (int(v) for v in done.stdout.split())
     assert before > 0  # the i386 entry works on this kernel: the probe means something
     assert getpid == -1 and mprotect == -1  # -EPERM, whatever the call
-    assert x86_64 == -1
+    assert x86_64 == -1 and implied == -1 and attached == -1
+
+
+def test_a_thread_whose_readable_memory_is_executable_is_named():
+    """READ_IMPLIES_EXEC set before the filter would make a later PROT_READ mapping
+    executable, unseen by the filter: the judge's hold names such a thread."""
+    from cuda_agent.judge.code_hold import implied_exec_threads
+
+    script = ("import ctypes, sys; ctypes.CDLL(None).personality(int(sys.argv[1])); "
+              "print(flush=True); sys.stdin.read()")
+    found = {}
+    for flag in (0x0400000, 0):
+        child = subprocess.Popen([sys.executable, "-c", script, str(flag)],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            child.stdout.readline()
+            found[flag] = implied_exec_threads(child.pid)
+        finally:
+            child.kill()
+            child.wait()
+    assert found[0x0400000] and not found[0]

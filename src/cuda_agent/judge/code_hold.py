@@ -59,6 +59,9 @@ def hold_mapped_code(pid: int, trusted: Iterable[Path]) -> HeldCode:
     problems = [f"{name}: no seccomp filter (mode {mode}): new native code could be loaded "
                 "after the judge's snapshot of what the process maps"
                 for name, mode in (unfiltered_threads(pid) if seccomp.supported() else ())]
+    problems += [f"{name}: readable memory is executable (personality READ_IMPLIES_EXEC): "
+                 "the seccomp filter cannot tell new code from data" for name in
+                 implied_exec_threads(pid)]
     try:
         found = [m for m in mapped_files(pid) if not m.where.startswith(prefixes)]
     except OSError as exc:
@@ -101,6 +104,30 @@ def unfiltered_threads(pid: int) -> list[tuple[str, str]]:
         if mode != SECCOMP_FILTER:
             found.append((f"thread {tid}", mode))
     return found
+
+
+READ_IMPLIES_EXEC = 0x0400000
+
+
+def implied_exec_threads(pid: int) -> list[str]:
+    """Each thread of ``pid`` whose personality makes every readable mapping executable
+    (the filter looks for ``PROT_EXEC`` in a call's arguments; this flag adds it later)."""
+    found = []
+    for tid in _threads(pid):
+        try:
+            value = int(Path(f"/proc/{pid}/task/{tid}/personality").read_text(), 16)
+        except (OSError, ValueError):  # a thread that ended
+            continue
+        if value & READ_IMPLIES_EXEC:
+            found.append(f"thread {tid}")
+    return found
+
+
+def _threads(pid: int) -> list[str]:
+    try:
+        return os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
 
 
 class CodeWatch:

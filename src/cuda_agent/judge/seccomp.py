@@ -32,7 +32,10 @@ _RET_ALLOW = 0x7FFF0000
 _RET_EPERM = 0x00050000 | 1
 # x86-64 system calls
 _EXEC_PROT = {"mmap": 9, "mprotect": 10, "pkey_mprotect": 329}
-_DENIED = {"execve": 59, "execveat": 322, "ptrace": 101, "process_vm_writev": 311}
+_DENIED = {"execve": 59, "execveat": 322, "ptrace": 101, "process_vm_writev": 311,
+           "personality": 135, "shmat": 30}
+"""Also ``personality`` (READ_IMPLIES_EXEC would make readable mappings executable) and
+``shmat`` (``SHM_EXEC`` maps shared memory executable, without ``PROT_EXEC``)."""
 
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 
