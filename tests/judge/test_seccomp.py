@@ -78,3 +78,40 @@ def test_a_thread_whose_readable_memory_is_executable_is_named():
             child.kill()
             child.wait()
     assert found[0x0400000] and not found[0]
+
+
+NAMESPACES = textwrap.dedent('''
+    import ctypes, os, subprocess, threading
+    from cuda_agent.judge import seccomp
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert seccomp.prepare(seccomp.namespace_program())() is None
+    errors = {}
+    for name, call in {"unshare": lambda: libc.unshare(0x10000000 | 0x00020000),
+                       "clone3": lambda: libc.syscall(435, None, 0),
+                       "mount": lambda: libc.mount(b"none", b"/tmp", b"tmpfs", 0, None),
+                       "open_tree": lambda: libc.syscall(428, -100, b"/", 1),
+                       "setns": lambda: libc.setns(0, 0)}.items():
+        result = call()
+        errors[name] = ctypes.get_errno() if result == -1 else 0
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(1))
+    thread.start()
+    thread.join()
+    child = subprocess.run(["true"]).returncode
+    print(errors["unshare"], errors["clone3"], errors["mount"], errors["open_tree"],
+          errors["setns"], len(seen), child)
+''')
+
+
+def test_no_namespace_and_no_mount_from_candidate_code_but_threads_and_children_work():
+    """The filter installed before any candidate code: a new user namespace would give
+    back every capability, and a mount would let a file wear a trusted folder's name in
+    the memory map; threads and child processes still start."""
+    done = subprocess.run([sys.executable, "-c", NAMESPACES], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    unshare, clone3, mount, open_tree, setns, threads, child = map(int, done.stdout.split())
+    assert (unshare, mount, open_tree, setns) == (1, 1, 1, 1)  # EPERM
+    assert clone3 == 38  # ENOSYS: the C library falls back to clone
+    assert threads == 1 and child == 0

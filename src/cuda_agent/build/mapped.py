@@ -71,6 +71,19 @@ def mapped_files(pid: int) -> list[MappedFile]:
     return list(found.values())
 
 
+def written_code(pid: int, code: Iterable[tuple[str, int]] | None = None) -> list[str]:
+    """The files ``pid`` maps shared and writable that it (or ``code``, as (device, inode))
+    also maps as code. Pages made writable once take later writes without a fault, so
+    nothing (the change time included) records them: code must have no such mapping."""
+    with open(f"/proc/{pid}/maps", "rb") as handle:
+        lines = handle.read().decode(errors="surrogateescape").splitlines()
+    rows = [fields for line in lines if len(fields := line.split(maxsplit=5)) == 6]
+    code = set(code or ()) | {(f[3], int(f[4])) for f in rows
+                              if "x" in f[1] and f[5].startswith("/")}
+    return sorted({f[5] for f in rows if "w" in f[1] and f[1].endswith("s")
+                   and (f[3], int(f[4])) in code})
+
+
 def mapped_code(pid: int) -> list[tuple[str, Path]]:
     """(path as the process names it, a path to read it by) of each file ``pid`` maps
     executable; a deleted one is read through ``/proc/PID/map_files``."""
@@ -115,6 +128,9 @@ def check_process(pid: int, policy: Policy, trusted: Iterable[Path],
         return [Problem("the process", f"{len(files)} distinct files of code outside the "
                         "trusted folders", f"more than {MAX_CODE_FILES}", "maps")]
     checks = FileChecks(policy)
+    checks.problems += [Problem(where, "code also mapped writable and shared",
+                                "its bytes could change unseen", "maps")
+                        for where in written_code(pid, files)]
     for opened in files.values():
         where = opened.mapped.where
         try:
@@ -124,11 +140,13 @@ def check_process(pid: int, policy: Policy, trusted: Iterable[Path],
                                            f"unreadable: {exc.strerror or exc}", "holds"))
             continue
         try:
+            if own is not None and own(where, fd):
+                continue  # the judge's own layer: its links come and go with other builds
             if opened.ctime_ns is not None and os.fstat(fd).st_ctime_ns != opened.ctime_ns:
                 checks.problems.append(Problem(
                     where, "code that changed after the judge first read it",
                     "the file was written while mapped (its change time moved)", "holds"))
-            elif own is None or not own(where, fd):
+            else:
                 checks.add(fd, where, opened.digest)
         finally:
             if opened.fd is None:

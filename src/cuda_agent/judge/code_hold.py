@@ -22,12 +22,19 @@ is refused.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from cuda_agent.build.mapped import MAX_CODE_FILES, Opened, mapped_files, open_mapped
+from cuda_agent.build.mapped import (
+    MAX_CODE_FILES,
+    Opened,
+    mapped_files,
+    open_mapped,
+    written_code,
+)
 from cuda_agent.build.symbols import MAX_CODE_BYTES, digest_fd
 from cuda_agent.judge import seccomp
 
@@ -62,6 +69,9 @@ def hold_mapped_code(pid: int, trusted: Iterable[Path]) -> HeldCode:
     problems += [f"{name}: readable memory is executable (personality READ_IMPLIES_EXEC): "
                  "the seccomp filter cannot tell new code from data" for name in
                  implied_exec_threads(pid)]
+    with contextlib.suppress(OSError):  # the maps read below says so
+        problems += [f"{where} is mapped as code and also writable and shared: its bytes "
+                     "could change unseen" for where in written_code(pid)]
     try:
         found = [m for m in mapped_files(pid) if not m.where.startswith(prefixes)]
     except OSError as exc:
@@ -135,8 +145,11 @@ class CodeWatch:
     thread, the worker waiting for the judge's answer) it holds what the candidate's
     process maps (``hold_mapped_code``). Never raises: what goes wrong is a problem."""
 
-    def __init__(self, pid_of: Callable[[], int | None], trusted: Iterable[Path]):
-        self.pid_of, self.trusted = pid_of, tuple(trusted)
+    def __init__(self, pid_of: Callable[[], int | None], trusted: Iterable[Path],
+                 others: Callable[[], int] | None = None):
+        """``others``: how many processes the worker has besides itself (another process
+        could hold what this one may not: a writable mapping of its code)."""
+        self.pid_of, self.trusted, self.others = pid_of, tuple(trusted), others
         self.held: HeldCode | None = None
         self._lock = threading.Lock()
         self._closed = False
@@ -150,6 +163,11 @@ class CodeWatch:
                 self.held = HeldCode([], ["the candidate's interpreter could not be found to "
                                           "hold what it maps"]) if pid is None \
                     else hold_mapped_code(pid, self.trusted)
+                others = self.others() if self.others is not None else 0
+                if others:
+                    self.held.problems.append(
+                        f"the process had {others} other process(es) when its calls were "
+                        "counted: what they map is not held")
             except Exception as exc:  # whatever the candidate did, the driver goes on
                 self.held = HeldCode([], [f"what the process maps could not be held: "
                                           f"{type(exc).__name__}: {str(exc)[:200]}"])

@@ -62,6 +62,8 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict) 
     kept.previous = []
     _seed_allocator(int(job.get("poison_bytes") or 0), device)
     forbid_new_code = seccomp.prepare()  # bound before any candidate code runs
+    seccomp.prepare(seccomp.namespace_program())()  # before any candidate code: no new
+    # namespace, no mount (a file's name in the memory map is then the file's own)
 
     def no_new_code() -> None:  # once the warm-up has loaded what the kernels load lazily
         if "seccomp" not in result:

@@ -126,7 +126,7 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
 def code_watch(worker: Worker) -> CodeWatch:
     """What the call driver calls once the candidate's calls are counted (``at_counted``):
     it holds the files the process maps as code then (``code_hold``), for ``loaded_code``."""
-    return CodeWatch(worker.interpreter, _trusted())
+    return CodeWatch(worker.interpreter, _trusted(), worker.others)
 
 
 def loaded_code(worker: Worker, fixed: Path, watch: CodeWatch | None = None) -> list[str]:

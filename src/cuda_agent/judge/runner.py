@@ -314,6 +314,10 @@ class Worker:
         found.discard(self.proc.pid)
         return found
 
+    def others(self) -> int:
+        """How many processes the worker has running besides itself, now."""
+        return self._count_leftovers()
+
     def _count_leftovers(self) -> int:
         """Processes running below the worker, or in its session, other than itself."""
         procs = snapshot()

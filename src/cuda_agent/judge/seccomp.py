@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import platform
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 _AUDIT_ARCH_X86_64 = 0xC000003E
 _X32_BIT = 0x40000000
@@ -37,6 +37,14 @@ _DENIED = {"execve": 59, "execveat": 322, "ptrace": 101, "process_vm_writev": 31
 """Also ``personality`` (READ_IMPLIES_EXEC would make readable mappings executable) and
 ``shmat`` (``SHM_EXEC`` maps shared memory executable, without ``PROT_EXEC``)."""
 
+_CLONE, _UNSHARE, _CLONE3 = 56, 272, 435
+_NEW_NAMESPACES = 0x7E020080
+"""CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET and NEWTIME."""
+_MOUNTS = {"setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161,
+           "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+           "fsmount": 432, "fspick": 433, "mount_setattr": 442}
+_RET_ENOSYS = 0x00050000 | 38
+
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 
 
@@ -45,28 +53,51 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 
 def program() -> bytes:
-    """The filter: deny every call made through another architecture's entry (i386's
-    ``int 0x80`` reaches ``mprotect`` and ``mmap2`` under other numbers) and x32 calls; for
-    x86-64 calls, deny executable mappings and protections, running programs and reaching
-    other processes' memory; allow everything else.
-    Jumps are relative: a target T from instruction i is T - i - 1."""
-    entries = [("prot", n) for n in _EXEC_PROT.values()] + [("deny", n) for n in
-                                                             _DENIED.values()]
-    first = 4  # the first per-call comparison
+    """The filter installed after the warm-up: deny every call made through another
+    architecture's entry (i386's ``int 0x80`` reaches ``mprotect`` and ``mmap2`` under
+    other numbers) and x32 calls; for x86-64 calls, deny executable mappings and
+    protections, running programs and reaching other processes' memory; allow everything
+    else."""
+    return _program({n: (2, _PROT_EXEC) for n in _EXEC_PROT.values()}, _DENIED.values())
+
+
+def namespace_program() -> bytes:
+    """The filter installed before any candidate code: no new namespace (a user namespace
+    would give back every capability the confinement took) and no mount of any kind (a
+    file mounted elsewhere is named as the candidate likes in its memory map, a trusted
+    folder's name included); ``clone3``, whose flags a filter cannot read, answers
+    ENOSYS, so the C library falls back to ``clone``."""
+    return _program({_CLONE: (0, _NEW_NAMESPACES), _UNSHARE: (0, _NEW_NAMESPACES)},
+                    _MOUNTS.values(), enosys=(_CLONE3,))
+
+
+def _program(flagged: dict[int, tuple[int, int]], denied: Iterable[int],
+             enosys: Iterable[int] = ()) -> bytes:
+    """A filter: calls of another architecture and x32 calls denied; x86-64 call ``n`` in
+    ``flagged`` denied when its argument ``flagged[n][0]`` has a bit of ``flagged[n][1]``
+    (the low 32 bits); those in ``denied`` denied, in ``enosys`` answered ENOSYS; the rest
+    allowed. Jumps are relative: a target T from instruction i is T - i - 1."""
+    denied, enosys = list(denied), list(enosys)
+    entries = [*flagged, *denied, *enosys]
+    first = 4
     allow = first + len(entries)
-    prot, deny = allow + 1, allow + 4
+    blocks = {n: allow + 1 + 3 * k for k, n in enumerate(flagged)}
+    nosys = allow + 1 + 3 * len(flagged)
+    deny = nosys + 1
     code = [_insn(_LD_W_ABS, 0, 0, 4),  # 0: the architecture
             _insn(_JEQ, 0, deny - 2, _AUDIT_ARCH_X86_64),  # 1: another one (int 0x80): deny
             _insn(_LD_W_ABS, 0, 0, 0),  # 2: the call's number
             _insn(_JGE, deny - 4, 0, _X32_BIT)]  # 3: an x32 call: deny
-    for k, (kind, number) in enumerate(entries):
-        i = first + k
-        code.append(_insn(_JEQ, (prot if kind == "prot" else deny) - i - 1, 0, number))
-    code += [_insn(_RET, 0, 0, _RET_ALLOW),  # allow
-             _insn(_LD_W_ABS, 0, 0, 16 + 8 * 2),  # prot: the low half of args[2]
-             _insn(_JSET, deny - (prot + 1) - 1, 0, _PROT_EXEC),
-             _insn(_RET, 0, 0, _RET_ALLOW),
-             _insn(_RET, 0, 0, _RET_EPERM)]  # deny
+    for i, number in enumerate(entries, start=first):
+        target = blocks.get(number, deny if number in denied else nosys)
+        code.append(_insn(_JEQ, target - i - 1, 0, number))
+    code.append(_insn(_RET, 0, 0, _RET_ALLOW))
+    for number, (arg, mask) in flagged.items():
+        at = blocks[number]
+        code += [_insn(_LD_W_ABS, 0, 0, 16 + 8 * arg),  # the argument's low half
+                 _insn(_JSET, deny - (at + 1) - 1, 0, mask),
+                 _insn(_RET, 0, 0, _RET_ALLOW)]
+    code += [_insn(_RET, 0, 0, _RET_ENOSYS), _insn(_RET, 0, 0, _RET_EPERM)]
     return b"".join(code)
 
 
@@ -79,9 +110,10 @@ def supported() -> bool:
     return platform.machine() == "x86_64" and platform.system() == "Linux"
 
 
-def prepare() -> Callable[[], str | None]:
-    """The installer, bound now: call it to install the filter on every thread; it returns
-    None once installed, else why not (another architecture, a kernel without seccomp)."""
+def prepare(code: bytes | None = None) -> Callable[[], str | None]:
+    """The installer of filter ``code`` (``program()`` by default), bound now: call it to
+    install the filter on every thread; it returns None once installed, else why not
+    (another architecture, a kernel without seccomp)."""
     if not supported():
         return lambda: f"no seccomp filter on {platform.system()} {platform.machine()}"
     try:
@@ -90,7 +122,7 @@ def prepare() -> Callable[[], str | None]:
     except (OSError, AttributeError) as exc:
         reason = f"no seccomp filter: {exc}"
         return lambda: reason
-    code = program()
+    code = program() if code is None else code
     buffer = ctypes.create_string_buffer(code, len(code))
     prog = _Filter(len(code) // 8, ctypes.cast(buffer, ctypes.c_void_p))
 

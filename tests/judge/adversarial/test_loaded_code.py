@@ -73,6 +73,12 @@ for line in sys.stdin:
             if len(fields) >= 6 and fields[5] == args[0]:
                 lo, hi = (int(v, 16) for v in fields[0].split("-"))
                 libc.munmap(lo, hi - lo)
+    elif verb == "mapw":  # shared and writable, one byte written (its pages then writable)
+        fd = os.open(args[0], os.O_RDWR)
+        maps.append(mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED,
+                              prot=mmap.PROT_READ | mmap.PROT_WRITE))
+        os.close(fd)
+        maps[-1][0] = maps[-1][0]
     elif verb == "seccomp":
         assert forbid_new_code() is None
     print("ok", flush=True)
@@ -416,3 +422,41 @@ def test_many_names_of_one_library_make_one_refusal(tmp_path: Path, built):
     loaded = [r for r in result.reasons if r.startswith("loaded code")]
     assert result.reward == -1 and len(loaded) == 1, said(result)
     assert "/tmp/names/lib" in loaded[0] and "calls dlsym" in loaded[0], said(result)
+
+
+@x86_64_linux
+def test_code_also_mapped_writable_and_shared_is_refused(tmp_path: Path, built, loader: Loader):
+    """Pages of a shared mapping made writable before the hold take later writes without a
+    fault, so the change time never moves: such a mapping of code is refused, at the hold
+    and at the end."""
+    library = _copy(built, "plain", tmp_path / "libwritable.so").resolve()
+    loader.do("load", library)
+    loader.do("mapw", library)
+    loader.do("seccomp")
+    held = code_hold.hold_mapped_code(loader.pid, TRUSTED)
+    try:
+        assert held.problems == [f"{library} is mapped as code and also writable and shared: "
+                                 "its bytes could change unseen"]
+        assert _check(loader.pid, held) == [f"{library} maps code also mapped writable and "
+                                            "shared (its bytes could change unseen): not allowed"]
+    finally:
+        held.close()
+
+
+@x86_64_linux
+def test_the_judges_own_layer_may_gain_links_while_held(tmp_path: Path, built, loader: Loader):
+    """Another judgement's build links the shared fixed layer while this one holds it (its
+    change time moves): the judge's own file is not refused for it; a candidate's is."""
+    library = _copy(built, "plain", tmp_path / "libfixed.so").resolve()
+    loader.do("load", library)
+    loader.do("seccomp")
+    held = code_hold.hold_mapped_code(loader.pid, TRUSTED)
+    try:
+        os.link(library, tmp_path / "libfixed-link.so")  # moves the change time
+        mine = [str(p) for p in mapped.check_process(
+            loader.pid, POLICY, TRUSTED, own=lambda where, fd: where == str(library),
+            held=held.files)]
+        assert mine == []
+        assert len(_check(loader.pid, held)) == 1  # the same change, in a candidate's file
+    finally:
+        held.close()
