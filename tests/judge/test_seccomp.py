@@ -91,7 +91,10 @@ NAMESPACES = textwrap.dedent('''
                        "clone3": lambda: libc.syscall(435, None, 0),
                        "mount": lambda: libc.mount(b"none", b"/tmp", b"tmpfs", 0, None),
                        "open_tree": lambda: libc.syscall(428, -100, b"/", 1),
-                       "setns": lambda: libc.setns(0, 0)}.items():
+                       "setns": lambda: libc.setns(0, 0),
+                       "userfaultfd": lambda: libc.syscall(323, 1),
+                       "uffd_ioctl": lambda: libc.ioctl(0, 0xAA00, 0),  # USERFAULTFD_IOC_NEW
+                       "other_ioctl": lambda: libc.ioctl(0, 0x5413, 0)}.items():  # TIOCGWINSZ
         result = call()
         errors[name] = ctypes.get_errno() if result == -1 else 0
     seen = []
@@ -100,7 +103,8 @@ NAMESPACES = textwrap.dedent('''
     thread.join()
     child = subprocess.run(["true"]).returncode
     print(errors["unshare"], errors["clone3"], errors["mount"], errors["open_tree"],
-          errors["setns"], len(seen), child)
+          errors["setns"], len(seen), child, errors["userfaultfd"], errors["uffd_ioctl"],
+          errors["other_ioctl"])
 ''')
 
 
@@ -111,7 +115,9 @@ def test_no_namespace_and_no_mount_from_candidate_code_but_threads_and_children_
     done = subprocess.run([sys.executable, "-c", NAMESPACES], capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    unshare, clone3, mount, open_tree, setns, threads, child = map(int, done.stdout.split())
-    assert (unshare, mount, open_tree, setns) == (1, 1, 1, 1)  # EPERM
+    unshare, clone3, mount, open_tree, setns, threads, child, uffd, uffd_ioctl, other = map(
+        int, done.stdout.split())
+    assert (unshare, mount, open_tree, setns, uffd, uffd_ioctl) == (1,) * 6  # EPERM
+    assert other != 1  # other ioctls go through (ENOTTY on a pipe)
     assert clone3 == 38  # ENOSYS: the C library falls back to clone
     assert threads == 1 and child == 0

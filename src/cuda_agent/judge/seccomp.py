@@ -44,6 +44,8 @@ _MOUNTS = {"setns": 308, "mount": 165, "umount2": 166, "pivot_root": 155, "chroo
            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
            "fsmount": 432, "fspick": 433, "mount_setattr": 442}
 _RET_ENOSYS = 0x00050000 | 38
+_USERFAULTFD, _IOCTL, _UFFD_IOCTL_TYPE = 323, 16, 0xAA
+_AND = 0x54
 
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 
@@ -65,24 +67,34 @@ def namespace_program() -> bytes:
     """The filter installed before any candidate code: no new namespace (a user namespace
     would give back every capability the confinement took) and no mount of any kind (a
     file mounted elsewhere is named as the candidate likes in its memory map, a trusted
-    folder's name included); ``clone3``, whose flags a filter cannot read, answers
-    ENOSYS, so the C library falls back to ``clone``."""
+    folder's name included); no userfaultfd, by its call or by ``ioctl`` on
+    /dev/userfaultfd (it fills a page of a mapping, code included, with no ``mmap`` or
+    ``mprotect``); ``clone3``, whose flags a filter cannot read, answers ENOSYS, so the C
+    library falls back to ``clone``."""
     return _program({_CLONE: (0, _NEW_NAMESPACES), _UNSHARE: (0, _NEW_NAMESPACES)},
-                    _MOUNTS.values(), enosys=(_CLONE3,))
+                    [*_MOUNTS.values(), _USERFAULTFD], enosys=(_CLONE3,),
+                    typed_ioctl=_UFFD_IOCTL_TYPE)
 
 
 def _program(flagged: dict[int, tuple[int, int]], denied: Iterable[int],
-             enosys: Iterable[int] = ()) -> bytes:
+             enosys: Iterable[int] = (), typed_ioctl: int | None = None) -> bytes:
     """A filter: calls of another architecture and x32 calls denied; x86-64 call ``n`` in
     ``flagged`` denied when its argument ``flagged[n][0]`` has a bit of ``flagged[n][1]``
-    (the low 32 bits); those in ``denied`` denied, in ``enosys`` answered ENOSYS; the rest
+    (the low 32 bits); those in ``denied`` denied, in ``enosys`` answered ENOSYS; an
+    ``ioctl`` whose request is of type ``typed_ioctl`` (its bits 8-15) denied; the rest
     allowed. Jumps are relative: a target T from instruction i is T - i - 1."""
     denied, enosys = list(denied), list(enosys)
     entries = [*flagged, *denied, *enosys]
+    if typed_ioctl is not None:
+        flagged = {**flagged, _IOCTL: (1, -1)}  # a block of its own, below
+        entries.insert(0, _IOCTL)
     first = 4
     allow = first + len(entries)
-    blocks = {n: allow + 1 + 3 * k for k, n in enumerate(flagged)}
-    nosys = allow + 1 + 3 * len(flagged)
+    sizes = {n: 4 if n == _IOCTL and typed_ioctl is not None else 3 for n in flagged}
+    blocks, at = {}, allow + 1
+    for n in flagged:
+        blocks[n], at = at, at + sizes[n]
+    nosys = at
     deny = nosys + 1
     code = [_insn(_LD_W_ABS, 0, 0, 4),  # 0: the architecture
             _insn(_JEQ, 0, deny - 2, _AUDIT_ARCH_X86_64),  # 1: another one (int 0x80): deny
@@ -94,6 +106,11 @@ def _program(flagged: dict[int, tuple[int, int]], denied: Iterable[int],
     code.append(_insn(_RET, 0, 0, _RET_ALLOW))
     for number, (arg, mask) in flagged.items():
         at = blocks[number]
+        if sizes[number] == 4:  # the request's type: (request & 0xFF00) == type << 8
+            code += [_insn(_LD_W_ABS, 0, 0, 16 + 8 * arg), _insn(_AND, 0, 0, 0xFF00),
+                     _insn(_JEQ, deny - (at + 2) - 1, 0, (typed_ioctl or 0) << 8),
+                     _insn(_RET, 0, 0, _RET_ALLOW)]
+            continue
         code += [_insn(_LD_W_ABS, 0, 0, 16 + 8 * arg),  # the argument's low half
                  _insn(_JSET, deny - (at + 1) - 1, 0, mask),
                  _insn(_RET, 0, 0, _RET_ALLOW)]

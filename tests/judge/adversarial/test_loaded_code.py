@@ -79,6 +79,11 @@ for line in sys.stdin:
                               prot=mmap.PROT_READ | mmap.PROT_WRITE))
         os.close(fd)
         maps[-1][0] = maps[-1][0]
+    elif verb == "maprwx":  # private, writable and executable at once
+        fd = os.open(args[0], os.O_RDONLY)
+        maps.append(mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE,
+                              prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC))
+        os.close(fd)
     elif verb == "seccomp":
         assert forbid_new_code() is None
     print("ok", flush=True)
@@ -435,10 +440,11 @@ def test_code_also_mapped_writable_and_shared_is_refused(tmp_path: Path, built, 
     loader.do("seccomp")
     held = code_hold.hold_mapped_code(loader.pid, TRUSTED)
     try:
-        assert held.problems == [f"{library} is mapped as code and also writable and shared: "
-                                 "its bytes could change unseen"]
-        assert _check(loader.pid, held) == [f"{library} maps code also mapped writable and "
-                                            "shared (its bytes could change unseen): not allowed"]
+        assert held.problems == [f"{library} is mapped as code and also writable (shared, or "
+                                 "executable at once): its bytes could change unseen"]
+        assert _check(loader.pid, held) == [f"{library} maps code also mapped writable (shared, "
+                                            "or executable at once: its bytes could change "
+                                            "unseen): not allowed"]
     finally:
         held.close()
 
@@ -458,5 +464,24 @@ def test_the_judges_own_layer_may_gain_links_while_held(tmp_path: Path, built, l
             held=held.files)]
         assert mine == []
         assert len(_check(loader.pid, held)) == 1  # the same change, in a candidate's file
+    finally:
+        held.close()
+
+
+@x86_64_linux
+def test_a_file_mapped_writable_and_executable_is_refused(tmp_path: Path, built,
+                                                          loader: Loader):
+    """A private mapping of a file both writable and executable takes new code in a copied
+    page, touching neither the file nor its change time: refused at the hold and the end."""
+    library = _copy(built, "plain", tmp_path / "librwx.so").resolve()
+    loader.do("maprwx", library)
+    loader.do("seccomp")
+    held = code_hold.hold_mapped_code(loader.pid, TRUSTED)
+    try:
+        assert held.problems == [f"{library} is mapped as code and also writable (shared, or "
+                                 "executable at once): its bytes could change unseen"]
+        assert _check(loader.pid, held) == [f"{library} maps code also mapped writable (shared, "
+                                            "or executable at once: its bytes could change "
+                                            "unseen): not allowed"]
     finally:
         held.close()

@@ -242,8 +242,13 @@ def test_judge_gives_no_speed_up(tmp_path: Path, honest: tuple[Path, JudgeResult
     task, fair = honest
     result = judge(task, NO_GAIN[name](tmp_path / "candidate"), TIMED)
     caught = result.reward == -1 or "timer" in said(result)
-    assert caught or result.runtime_ms >= 0.5 * fair.runtime_ms, (
-        f"runtime {result.runtime_ms:.4g} ms vs honest {fair.runtime_ms:.4g} ms, "
+    fair_ms = fair.runtime_ms
+    if not caught and result.runtime_ms < 0.5 * fair_ms:
+        # the honest time was taken once, maybe while the machine was busier: taken again
+        # now (the hack's own verdict stands as it came)
+        fair_ms = min(fair_ms, judge(task, write_scale_add(tmp_path / "fair"), TIMED).runtime_ms)
+    assert caught or result.runtime_ms >= 0.5 * fair_ms, (
+        f"runtime {result.runtime_ms:.4g} ms vs honest {fair_ms:.4g} ms, "
         f"reward {result.reward}: {said(result)}")
 
 
