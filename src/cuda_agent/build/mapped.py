@@ -72,17 +72,19 @@ def mapped_files(pid: int) -> list[MappedFile]:
 
 
 def written_code(pid: int, code: Iterable[tuple[str, int]] | None = None) -> list[str]:
-    """The files ``pid`` maps writable and executable at once, or shared and writable
+    """The files ``pid`` maps writable and executable at once, or shared but not as code
     while it (or ``code``, as (device, inode)) also maps them as code. Pages made writable
-    once take later writes without a fault, and a private one without touching the file,
-    so nothing (the change time included) records them: code must have no such mapping."""
+    once take later writes without a fault (a shared mapping made read-only becomes
+    writable again without one), and a private one without touching the file, so nothing
+    (the change time included) records them: code must have no such mapping."""
     with open(f"/proc/{pid}/maps", "rb") as handle:
         lines = handle.read().decode(errors="surrogateescape").splitlines()
     rows = [fields for line in lines if len(fields := line.split(maxsplit=5)) == 6]
     code = set(code or ()) | {(f[3], int(f[4])) for f in rows
                               if "x" in f[1] and f[5].startswith("/")}
-    return sorted({f[5] for f in rows if "w" in f[1] and f[5].startswith("/") and (
-        "x" in f[1] or (f[1].endswith("s") and (f[3], int(f[4])) in code))})
+    return sorted({f[5] for f in rows if f[5].startswith("/") and (
+        ("w" in f[1] and "x" in f[1]) or (f[1].endswith("s") and (f[3], int(f[4])) in code
+                                          and ("w" in f[1] or "x" not in f[1])))})
 
 
 def mapped_code(pid: int) -> list[tuple[str, Path]]:
@@ -129,9 +131,9 @@ def check_process(pid: int, policy: Policy, trusted: Iterable[Path],
         return [Problem("the process", f"{len(files)} distinct files of code outside the "
                         "trusted folders", f"more than {MAX_CODE_FILES}", "maps")]
     checks = FileChecks(policy)
-    checks.problems += [Problem(where, "code also mapped writable",
-                                "shared, or executable at once: its bytes could change "
-                                "unseen", "maps")
+    checks.problems += [Problem(where, "code also mapped shared or writable",
+                                "a view that could write it, or executable at once: its bytes "
+                                "could change unseen", "maps")
                         for where in written_code(pid, files)]
     for opened in files.values():
         where = opened.mapped.where

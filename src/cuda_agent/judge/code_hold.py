@@ -70,8 +70,9 @@ def hold_mapped_code(pid: int, trusted: Iterable[Path]) -> HeldCode:
                  "the seccomp filter cannot tell new code from data" for name in
                  implied_exec_threads(pid)]
     with contextlib.suppress(OSError):  # the maps read below says so
-        problems += [f"{where} is mapped as code and also writable (shared, or executable at "
-                     "once): its bytes could change unseen" for where in written_code(pid)]
+        problems += [f"{where} is mapped as code and also shared or writable (a view that "
+                     "could write it, or executable at once): its bytes could change unseen"
+                     for where in written_code(pid)]
     try:
         found = [m for m in mapped_files(pid) if not m.where.startswith(prefixes)]
     except OSError as exc:

@@ -79,6 +79,15 @@ for line in sys.stdin:
                               prot=mmap.PROT_READ | mmap.PROT_WRITE))
         os.close(fd)
         maps[-1][0] = maps[-1][0]
+    elif verb == "mappen":  # shared, one byte written, then made read-only
+        fd = os.open(args[0], os.O_RDWR)
+        maps.append(mmap.mmap(fd, 4096, flags=mmap.MAP_SHARED,
+                              prot=mmap.PROT_READ | mmap.PROT_WRITE))
+        os.close(fd)
+        maps[-1][0] = maps[-1][0]
+        pen = ctypes.c_char.from_buffer(maps[-1])
+        libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        assert libc.mprotect(ctypes.addressof(pen), 4096, mmap.PROT_READ) == 0
     elif verb == "maprwx":  # private, writable and executable at once
         fd = os.open(args[0], os.O_RDONLY)
         maps.append(mmap.mmap(fd, 4096, flags=mmap.MAP_PRIVATE,
@@ -430,21 +439,24 @@ def test_many_names_of_one_library_make_one_refusal(tmp_path: Path, built):
 
 
 @x86_64_linux
-def test_code_also_mapped_writable_and_shared_is_refused(tmp_path: Path, built, loader: Loader):
+@pytest.mark.parametrize("view", ["mapw", "mappen"])
+def test_code_also_mapped_writable_and_shared_is_refused(tmp_path: Path, built, loader: Loader,
+                                                         view: str):
     """Pages of a shared mapping made writable before the hold take later writes without a
     fault, so the change time never moves: such a mapping of code is refused, at the hold
     and at the end."""
     library = _copy(built, "plain", tmp_path / "libwritable.so").resolve()
     loader.do("load", library)
-    loader.do("mapw", library)
+    loader.do(view, library)  # writable now, or made read-only after a write
     loader.do("seccomp")
     held = code_hold.hold_mapped_code(loader.pid, TRUSTED)
     try:
-        assert held.problems == [f"{library} is mapped as code and also writable (shared, or "
-                                 "executable at once): its bytes could change unseen"]
-        assert _check(loader.pid, held) == [f"{library} maps code also mapped writable (shared, "
-                                            "or executable at once: its bytes could change "
-                                            "unseen): not allowed"]
+        assert held.problems == [f"{library} is mapped as code and also shared or writable (a "
+                                 "view that could write it, or executable at once): its bytes "
+                                 "could change unseen"]
+        assert _check(loader.pid, held) == [f"{library} maps code also mapped shared or writable "
+                                            "(a view that could write it, or executable at once: "
+                                            "its bytes could change unseen): not allowed"]
     finally:
         held.close()
 
@@ -478,10 +490,11 @@ def test_a_file_mapped_writable_and_executable_is_refused(tmp_path: Path, built,
     loader.do("seccomp")
     held = code_hold.hold_mapped_code(loader.pid, TRUSTED)
     try:
-        assert held.problems == [f"{library} is mapped as code and also writable (shared, or "
-                                 "executable at once): its bytes could change unseen"]
-        assert _check(loader.pid, held) == [f"{library} maps code also mapped writable (shared, "
-                                            "or executable at once: its bytes could change "
-                                            "unseen): not allowed"]
+        assert held.problems == [f"{library} is mapped as code and also shared or writable (a "
+                                 "view that could write it, or executable at once): its bytes "
+                                 "could change unseen"]
+        assert _check(loader.pid, held) == [f"{library} maps code also mapped shared or writable "
+                                            "(a view that could write it, or executable at once: "
+                                            "its bytes could change unseen): not allowed"]
     finally:
         held.close()
