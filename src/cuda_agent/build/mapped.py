@@ -60,11 +60,8 @@ class Opened:
 def mapped_files(pid: int) -> list[MappedFile]:
     """Each file ``pid`` maps executable, once per device and inode."""
     found: dict[tuple[str, int], MappedFile] = {}
-    with open(f"/proc/{pid}/maps", "rb") as handle:
-        lines = handle.read().decode(errors="surrogateescape").splitlines()
-    for line in lines:
-        fields = line.split(maxsplit=5)
-        if len(fields) < 6 or "x" not in fields[1] or not fields[5].startswith("/"):
+    for fields in _maps(pid):
+        if "x" not in fields[1] or not fields[5].startswith("/"):
             continue  # anonymous code (a JIT's) and [vdso] have no file to check
         key = (fields[3], int(fields[4]))
         found.setdefault(key, MappedFile(fields[5], key, fields[0]))
@@ -77,14 +74,20 @@ def written_code(pid: int, code: Iterable[tuple[str, int]] | None = None) -> lis
     once take later writes without a fault (a shared mapping made read-only becomes
     writable again without one), and a private one without touching the file, so nothing
     (the change time included) records them: code must have no such mapping."""
-    with open(f"/proc/{pid}/maps", "rb") as handle:
-        lines = handle.read().decode(errors="surrogateescape").splitlines()
-    rows = [fields for line in lines if len(fields := line.split(maxsplit=5)) == 6]
+    rows = _maps(pid)
     code = set(code or ()) | {(f[3], int(f[4])) for f in rows
                               if "x" in f[1] and f[5].startswith("/")}
     return sorted({f[5] for f in rows if f[5].startswith("/") and (
         ("w" in f[1] and "x" in f[1]) or (f[1].endswith("s") and (f[3], int(f[4])) in code
                                           and ("w" in f[1] or "x" not in f[1])))})
+
+
+def _maps(pid: int) -> list[list[str]]:
+    """The fields of each line of ``pid``'s memory map that names a file or a region (six
+    fields: range, protection, offset, device, inode, name)."""
+    with open(f"/proc/{pid}/maps", "rb") as handle:
+        lines = handle.read().decode(errors="surrogateescape").splitlines()
+    return [fields for line in lines if len(fields := line.split(maxsplit=5)) == 6]
 
 
 def mapped_code(pid: int) -> list[tuple[str, Path]]:

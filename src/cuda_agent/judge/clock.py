@@ -25,10 +25,12 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cuda_agent.judge import driver
 from cuda_agent.judge.driver import Record
 
-COUNTED = ("timed", "record", "tail")
-"""Phases whose wall calls count (warm-up calls are slower by nature)."""
+COUNTED = tuple(phase for phase in driver.COUNTED if phase != "check")
+"""Phases whose wall calls count: the driver's counted ones that are timed (warm-up calls
+are slower by nature, and a ``check`` call is not timed)."""
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,10 @@ class Reservoir:
         self.kept: list[int] = []
         self.offered = 0
 
+    @property
+    def unfilled(self) -> int:
+        return max(0, self.size - len(self.kept))
+
     def offer(self, index: int) -> int | None:
         """Whether to keep call ``index``; returns the evicted index (-1 for none) if kept,
         None if not."""
@@ -184,12 +188,11 @@ class CallDriver:
     def owed(self) -> int:
         """Calls the judge still has to send before it ends the run: scaled calls not sent
         and reservoir places not filled."""
-        unfilled = {id(r): max(0, r.size - len(r.kept)) for r in self.reservoirs.values()}
-        return len(self._scaled) + sum(unfilled.values())
+        distinct = {id(r): r for r in self.reservoirs.values()}  # one may serve both kinds
+        return len(self._scaled) + sum(r.unfilled for r in distinct.values())
 
     def _unfilled(self, wall: bool) -> int:
-        reservoir = self.reservoirs[wall]
-        return max(0, reservoir.size - len(reservoir.kept))
+        return self.reservoirs[wall].unfilled
 
     def _serve(self) -> None:
         try:
