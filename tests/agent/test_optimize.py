@@ -32,6 +32,11 @@ def test_optimize_builtin_replay_end_to_end(tmp_path: Path):
     assert "reward: **" in report and "kernels/gelu_bias_scale.cpp" in report
     trajectory = read_trajectory(out / "trajectory.jsonl")
     records = trajectory.records
+    timed = [r for r in records if r["type"] == "tool_result"]
+    rows = [line for line in report.splitlines() if line.startswith("| ")
+            and line.split("|")[2].strip() in {r["name"] for r in timed}]
+    assert len(rows) == len(timed)  # every tool call's time, in the report
+    assert [float(r.split("|")[4]) for r in rows] == [round(r["seconds"], 2) for r in timed]
     builds = [r for r in records if r["type"] == "tool_result" and r["name"] == "build"]
     assert [b["ok"] for b in builds] == [False, True, True]  # broken, fixed, sped up
     assert "gelu_bias_scale.cpp:" in builds[0]["output"]  # the error names file and line

@@ -72,10 +72,12 @@ def run_episode(task: Task, root: Path, policy: Policy, config: AgentConfig | No
         if recorder is not None:
             recorder.episode_start(task.name, policy.name, config.model_dump(mode="json"))
         stop, error = episode.run()
+        episode.toolbox.close()  # the episode's warm judge: the final judgement is separate
         if config.final_judge:
             final, reward, judge_error = episode.final_judgement()
             error = error or judge_error
     finally:
+        episode.toolbox.close()
         result = EpisodeResult(
             task=task.name, policy=policy.name, stop_reason=stop, turns=episode.turns,
             prompt_tokens=episode.prompt_tokens, completion_tokens=episode.completion_tokens,

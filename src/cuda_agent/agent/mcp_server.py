@@ -24,6 +24,7 @@ from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
 from cuda_agent.build import Builder
+from cuda_agent.execution.warm_judge import WarmJudge, WarmJudgeError
 from cuda_agent.judge import Candidate, CandidateError, Judge, JudgeConfig
 from cuda_agent.judge.config import in_episode
 from cuda_agent.judge.judge import JudgeError
@@ -69,6 +70,7 @@ class WorkspaceTools:
         self.info = read_workspace(workspace)
         self.root = self.info.root
         self._lock = threading.Lock()
+        self._warm: WarmJudge | None = None
 
     def workspace_info(self) -> Reply:
         skill = self.root / "SKILL.md"
@@ -155,9 +157,20 @@ class WorkspaceTools:
         return base.model_copy(update={"device": self.info.device, "time": time})
 
     def _judge(self, time: bool, profile: bool, final: bool = False) -> JudgeResult:
-        config = self.judge_config(time, final)
-        with self._lock:
-            return Judge(config).judge(self.info.task, Candidate("workspace", self.root), profile)
+        """Verify and profile through the workspace's warm judge (docs/warm-judge.md), which
+        ends with this process; ``judge`` in a judge of its own, as the final verdict."""
+        if final:
+            with self._lock:
+                return Judge(self.judge_config(time, final)).judge(
+                    self.info.task, Candidate("workspace", self.root), profile)
+        if self._warm is None:
+            configs = {op: self.judge_config(op == "profile").model_copy(
+                update={"keep_warm": True}) for op in ("verify", "profile")}
+            self._warm = WarmJudge(self.root, configs, owner=True)
+        try:
+            return self._warm.call("profile" if time else "verify")
+        except WarmJudgeError as exc:
+            raise JudgeError(str(exc)) from None
 
     def _resolve(self, path: str, write: bool) -> Path:
         if not path or not path.strip():

@@ -72,8 +72,20 @@ def optimize(task: Task, policy: Policy, device: str, out: Path, config: AgentCo
             shutil.copy2(path, result / "kernels" / path.name)
     (out / "judge.json").write_text(json.dumps(episode.final, indent=2) + "\n")
     report = out / "report.md"
-    report.write_text(render_report(task, device, episode, start, _snapshot(root)))
+    report.write_text(render_report(task, device, episode, start, _snapshot(root),
+                                    tool_calls(out / "trajectory.jsonl")))
     return OptimizeResult(out, episode, report)
+
+
+def tool_calls(trajectory: Path) -> list[dict[str, Any]]:
+    """Each tool call of the episode as its trajectory records it: turn, name, ok, seconds."""
+    calls = []
+    with open(trajectory) as lines:
+        for line in lines:
+            record = json.loads(line)
+            if record.get("type") == "tool_result":
+                calls.append({k: record.get(k) for k in ("turn", "name", "ok", "seconds")})
+    return calls
 
 
 def _snapshot(root: Path) -> dict[str, str]:
@@ -83,8 +95,9 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 def render_report(task: Task, device: str, episode: EpisodeResult, before: dict[str, str],
-                  after: dict[str, str]) -> str:
-    """The Markdown report of one job."""
+                  after: dict[str, str], calls: list[dict[str, Any]] | None = None) -> str:
+    """The Markdown report of one job; ``calls`` (``tool_calls``) gives each tool call's
+    time, so where an iteration's time goes is in every report."""
     final: dict[str, Any] = episode.final or {}
     lines = [f"# cuda-agent optimize: {task.name}", "",
              f"- policy: `{episode.policy}`, device: {device}",
@@ -104,6 +117,11 @@ def render_report(task: Task, device: str, episode: EpisodeResult, before: dict[
               f"{_x(final.get('speedup_vs_compile'))} |"]
     for reason in final.get("reasons") or []:
         lines.append(f"- {reason}")
+    if calls:
+        lines += ["", "## Tool calls", "", "| turn | tool | ok | seconds |", "|---|---|---|---|"]
+        lines += [f"| {c['turn']} | {c['name']} | {'yes' if c['ok'] else 'no'} | "
+                  f"{c['seconds']:.2f} |" for c in calls]
+        lines.append(f"| | final judgement | | {final.get('seconds', 0.0):.2f} |")
     lines += ["", "## What changed", ""]
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name, ""), after.get(name, "")

@@ -24,6 +24,7 @@ from cuda_agent.agent.file_tools import ToolError, WorkspaceFiles
 from cuda_agent.agent.tool_specs import SPECS, check_arguments, spec_by_name
 from cuda_agent.agent.types import ToolResult, ToolSpec
 from cuda_agent.execution.sandbox import SandboxConfig
+from cuda_agent.execution.warm_judge import reaches_judge
 from cuda_agent.results import BuildResult, JudgeResult, to_dict
 
 
@@ -52,12 +53,16 @@ class Toolbox:
         self._specs = spec_by_name()
         self._info: Any = None
         self._sandbox: Any = None
+        self._warm: Any = None
 
     def specs(self) -> list[ToolSpec]:
         return list(SPECS)
 
     def call(self, name: str, arguments: dict[str, Any] | None, raw: str = "") -> ToolResult:
         start = time.perf_counter()
+        if name in ("verify", "profile") or (name == "shell" and reaches_judge(
+                str((arguments or {}).get("command", "")))):
+            self._start_judge()
         result = self._call(name, arguments, raw)
         return ToolResult(result.ok, clip(result.output, self.config.output_cap_chars),
                           result.data, time.perf_counter() - start)
@@ -107,10 +112,14 @@ class Toolbox:
     # -- shell -----------------------------------------------------------------------------
     def _tool_shell(self, command: str) -> ToolResult:
         from cuda_agent.execution.sandbox import make_sandbox
+        from cuda_agent.execution.warm_judge import ENV, address
 
         if not command.strip():
             raise ToolError("shell: 'command' is empty")
         config = self.config.sandbox.model_copy(update={"timeout_s": self.config.shell_timeout_s})
+        socket = address(self.root)  # utils/verify and utils/profile reach the episode's judge
+        config = config.model_copy(update={"env_set": {**config.env_set, ENV: str(socket)},
+                                           "ro_paths": (*config.ro_paths, str(socket.parent))})
         if self._sandbox is None:
             self._sandbox = make_sandbox(config)
         done = self._sandbox.run(command, self.root, config)
@@ -157,23 +166,45 @@ class Toolbox:
                           {"submitted": True, "message": message})
 
     def judge_config(self, timed: bool) -> Any:
-        from cuda_agent.judge import JudgeConfig
-        from cuda_agent.judge.config import in_episode
+        return self._configs()["profile" if timed else "verify"]
 
-        fields = {**self.config.judge, "device": self.workspace().device, "time": timed}
-        return in_episode(JudgeConfig.model_validate(fields))
+    def _configs(self) -> dict[str, Any]:
+        from cuda_agent.execution.warm_judge import episode_configs
+
+        return episode_configs(self.workspace().device, self.config.judge)
 
     def _judge(self, timed: bool, profile: bool) -> ToolResult:
-        from cuda_agent.judge import Candidate, Judge
-        from cuda_agent.judge.judge import JudgeError
+        from cuda_agent.execution.warm_judge import WarmJudgeError
 
-        info = self.workspace()
+        self.workspace()  # not a workspace: the error says so
+        self._start_judge()
         try:
-            result = Judge(self.judge_config(timed)).judge(
-                info.task, Candidate("workspace", self.root), profile)
-        except JudgeError as exc:
+            result = self._warm.call("profile" if timed else "verify")
+        except WarmJudgeError as exc:
             raise ToolError(f"the judge could not run: {exc}") from None
         return ToolResult(result.reward >= 1, judge_summary(result), to_dict(result))
+
+    def _start_judge(self) -> None:
+        """The episode's warm judge, started in the background at the first verify or profile
+        call or shell command that may reach it: its workers start up while the agent works
+        (docs/warm-judge.md)."""
+        if self._warm is not None:
+            self._warm.ensure()
+            return
+        from cuda_agent.execution.warm_judge import WarmJudge
+
+        try:
+            configs = self._configs()
+        except ToolError:
+            return  # not a workspace: the call itself says so
+        self._warm = WarmJudge(self.root, configs, owner=True)
+        self._warm.start(wait=False)
+
+    def close(self) -> None:
+        """End the episode's judge."""
+        if self._warm is not None:
+            self._warm.close()
+            self._warm = None
 
 
 def build_summary(result: BuildResult) -> str:

@@ -33,8 +33,11 @@ def baselines(
     limit: int | None = typer.Option(None, help="At most this many tasks (after --levels)."),
     workers: int = typer.Option(1, help="Tasks measured at once; CPU only (a GPU timing needs "
                                 "the whole GPU)."),
-    shard: str = typer.Option("0/1", help="K/N: only every N-th task from the K-th (run one "
-                              "shard per GPU, each with its own CUDA_VISIBLE_DEVICES)."),
+    shard: str = typer.Option("0/1", help="K/N: only every N-th task from the K-th (--gpus "
+                              "runs one shard per GPU by itself)."),
+    gpus: str = typer.Option("auto", help="GPUs to spread the tasks over, one process each: "
+                             "auto (every visible GPU, on CUDA), a count, or indices such as "
+                             "0,2."),
     time_limit: float | None = typer.Option(None, "--time-limit", help="Seconds; start no task "
                                             "after this, the rest stays pending for a rerun."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="Measure again the tasks "
@@ -59,6 +62,10 @@ def baselines(
                              retry_errors=retry_errors)
     config = overrides.apply(config, sets)
     try:
+        if not report_only and config.shard == (0, 1) and _spread(
+                tasks, out, config, gpus, device, no_compile, levels, limit, time_limit,
+                retry_errors, sets, quiet):
+            report_only = True  # the shards measured it all: only the summary is left
         summary = run_baselines(tasks, out, config, show_progress=not quiet,
                                 measure=not report_only)
     except (TaskError, JudgeError, ValueError) as exc:
@@ -66,3 +73,44 @@ def baselines(
         raise typer.Exit(2) from None
     console.print(summary_markdown(summary), markup=False, soft_wrap=True)
     console.print(f"written to {out}", markup=False)
+
+
+def _spread(tasks: str, out: Path, config, gpus: str, device: str, no_compile: bool,
+            levels: str | None, limit: int | None, time_limit: float | None,
+            retry_errors: bool, sets: list[str], quiet: bool) -> bool:
+    """Measure in one process per GPU when there are several; False when there are not."""
+    from rich.progress import Progress
+
+    from cuda_agent.evaluate.baselines import select_tasks
+    from cuda_agent.evaluate.baselines_spread import cli_child, spread, visible_gpus
+    from cuda_agent.judge.judge import resolve_device
+
+    if gpus == "auto" and not resolve_device(device).startswith("cuda"):
+        return False
+    try:
+        chosen = visible_gpus(gpus)
+    except ValueError as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    if len(chosen) < 2:
+        return False
+    options = [tasks, "--out", str(out), "--device", device, *(["--no-compile"] * no_compile),
+               *(["--levels", levels] if levels else []),
+               *(["--limit", str(limit)] if limit is not None else []),
+               *(["--time-limit", str(time_limit)] if time_limit else []),
+               *(["--retry-errors"] * retry_errors),
+               *(part for s in sets for part in ("--set", s))]
+    total = len(select_tasks(tasks, config))
+    Path(out).mkdir(parents=True, exist_ok=True)
+    console.print(f"{total} tasks over {len(chosen)} GPUs ({', '.join(chosen)}), one "
+                  f"process each", markup=False)
+    with Progress(disable=quiet) as bar:
+        shown = bar.add_task("baselines (rows written)", total=total)
+        codes = spread(chosen, cli_child(options), Path(out), total,
+                       lambda n: bar.update(shown, completed=n))
+    failed = [f"GPU {g}: exit {c}" for g, c in zip(chosen, codes, strict=True) if c]
+    if failed:
+        console.print(f"[red]error:[/red] shards failed ({'; '.join(failed)}); a rerun "
+                      f"resumes them")
+        raise typer.Exit(1)
+    return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -15,6 +16,7 @@ from cuda_agent.cli.render import (
     print_json,
     print_judge,
 )
+from cuda_agent.execution.warm_judge import ENV
 from cuda_agent.tasks import TaskError, load_task
 
 app = typer.Typer(help="Stage 2 - workspace: create the agent's workspace; build, verify and "
@@ -89,15 +91,19 @@ def _workspace(directory: Path):
 
 
 def _judge(directory: Path, as_json: bool, sets: list[str], time: bool, profile: bool) -> None:
-    from cuda_agent.judge import Candidate, Judge, JudgeConfig
-    from cuda_agent.judge.config import in_episode
-    from cuda_agent.judge.judge import JudgeError
+    """Through the workspace's warm judge server (started on the first call); with --set, a
+    judge of its own in this process, so no caller changes how the shared one measures."""
+    from cuda_agent.execution.warm_judge import WarmJudge, WarmJudgeError
 
-    info = _workspace(directory)
-    config = in_episode(overrides.apply(JudgeConfig(device=info.device, time=time), sets))
+    # the episode's shell names its judge and may not read the trusted task itself
+    info = _workspace(directory) if sets or not os.environ.get(ENV) else None
     try:
-        result = Judge(config).judge(info.task, Candidate("workspace", info.root), profile)
-    except JudgeError as exc:
+        if sets:
+            result = _judge_here(info, sets, time, profile)
+        else:
+            result = WarmJudge.attach(Path(directory), info.device if info else "").call(
+                "profile" if time else "verify")
+    except WarmJudgeError as exc:
         errors.print(f"[red]error:[/] {exc}", highlight=False)
         raise typer.Exit(2) from None
     if as_json:
@@ -111,3 +117,17 @@ def _judge(directory: Path, as_json: bool, sets: list[str], time: bool, profile:
             print(result.profile)
     if result.reward < 1:
         raise typer.Exit(1)
+
+
+def _judge_here(info, sets: list[str], time: bool, profile: bool):
+    from cuda_agent.execution.warm_judge import WarmJudgeError
+    from cuda_agent.judge import Candidate, Judge, JudgeConfig
+    from cuda_agent.judge.config import in_episode
+    from cuda_agent.judge.judge import JudgeError
+
+    config = in_episode(overrides.apply(JudgeConfig(device=info.device, time=time), sets))
+    try:
+        with Judge(config) as judge:
+            return judge.judge(info.task, Candidate("workspace", info.root), profile)
+    except JudgeError as exc:
+        raise WarmJudgeError(str(exc)) from None

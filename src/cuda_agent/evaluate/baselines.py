@@ -12,6 +12,7 @@ the same cache key). At the end: ``summary.json`` and ``baselines.md`` (docs/eva
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -89,20 +90,28 @@ def run_baselines(tasks: str, out: Path, config: BaselinesConfig | None = None,
     out.mkdir(parents=True, exist_ok=True)
     done = read_results(out, ROWS)
     pending = [t for t in task_list if not _finished(done.get(t.label), keys[t.label], config)]
-    with (out / ROWS).open("a") as sink:
+    if pending and measure:
         def write(row: dict[str, Any]) -> None:
-            sink.write(json.dumps(row) + "\n")
-            sink.flush()
+            write_row(out / ROWS, row)
             done[row["key"]] = row
 
-        if pending and measure:
-            _measure_all(pending, config, write, show_progress)
+        _measure_all(pending, config, write, show_progress)
     rows = [done[t.label] for t in task_list if _finished(done.get(t.label), keys[t.label],
                                                           config)]
     summary = summarize(rows, device_name(device), len(task_list))
     (out / "summary.json").write_text(json.dumps(asdict(summary), indent=2) + "\n")
     (out / "baselines.md").write_text(to_markdown(summary, rows))
     return summary
+
+
+def write_row(path: Path, row: dict[str, Any]) -> None:
+    """Append ``row`` as one line in one write: processes measuring other shards (one per
+    GPU, ``baselines_spread``) append to the same file, and no line is cut by another."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(row) + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def _finished(row: dict[str, Any] | None, key: str, config: BaselinesConfig) -> bool:

@@ -84,6 +84,9 @@ class SandboxConfig(BaseModel):
     env_allow: tuple[str, ...] = Field(
         DEFAULT_ENV_ALLOW, description="Environment names (fnmatch patterns) passed through; "
         "everything else is dropped and HOME/TMPDIR are set to the workspace and /tmp")
+    env_set: dict[str, str] = Field(
+        default_factory=dict, description="Names set in every command's environment after "
+        "the scrub (the episode's judge, say)")
     output_limit_bytes: int = Field(
         1_000_000, gt=0, description="Captured stdout and stderr are each cut to this size")
     docker_image: str = Field(
@@ -148,6 +151,7 @@ def scrubbed_env(config: SandboxConfig, workdir: Path,
            if any(fnmatch.fnmatchcase(k, pat) for pat in config.env_allow)}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.update(HOME=str(workdir), TMPDIR="/tmp", PWD=str(workdir))
+    env.update(config.env_set)
     return env
 
 

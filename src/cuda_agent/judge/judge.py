@@ -91,6 +91,19 @@ class Judge:
         deadline = time.monotonic() + timeout_s
         return all(w.wait_idle(max(0.0, deadline - time.monotonic())) for w in self._spares)
 
+    def take_spares(self, other: Judge) -> None:
+        """Take ``other``'s spare workers when this judge has none and they are the set this
+        judge would start (a verify and a profile call of an episode share one set)."""
+        if other is self or self._spares or not other._spares:
+            return
+        if other._shape() == self._shape():
+            self._spares.extend(other._spares)
+            other._spares.clear()
+
+    def _shape(self) -> tuple:
+        cfg = self.config
+        return (self.device, self._candidates(), cfg.memory_limit_gb, cfg.confine)
+
     def judge(self, task: Task, candidate: Candidate, profile: bool = False) -> JudgeResult:
         """The verdict; a task declaring ``INPUT_SHAPES`` is judged at every shape (or at
         ``config.shape`` alone) and the verdicts combined (``judge.shapes``)."""

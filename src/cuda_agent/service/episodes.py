@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from cuda_agent.results import JudgeResult
 from cuda_agent.service.errors import ApiError, bad_request, not_found
@@ -55,6 +56,8 @@ class Episode:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     judgements: list[Judgement] = dataclasses.field(default_factory=list)
     closed: bool = False
+    warm: Any = None
+    """The episode's warm judge (``execution.warm_judge``), from its first verify or profile."""
 
 
 _FOLDER = re.compile(r"[0-9a-f]{24}")
@@ -210,4 +213,7 @@ class EpisodeManager:
     @staticmethod
     def _discard(episode: Episode) -> None:
         episode.closed = True
+        if episode.warm is not None:
+            episode.warm.close()
+            episode.warm = None
         shutil.rmtree(episode.folder, ignore_errors=True)

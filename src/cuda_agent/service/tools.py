@@ -23,9 +23,14 @@ from cuda_agent.execution.sandbox import (
     SandboxUnavailable,
     make_sandbox,
 )
-from cuda_agent.judge import Candidate, Judge
+from cuda_agent.execution.warm_judge import (
+    ENV,
+    WarmJudge,
+    WarmJudgeError,
+    address,
+    reaches_judge,
+)
 from cuda_agent.judge.config import in_episode
-from cuda_agent.judge.judge import JudgeError
 from cuda_agent.results import BuildResult, JudgeResult
 from cuda_agent.service.config import ServiceConfig
 from cuda_agent.service.episodes import Episode, Judgement
@@ -76,8 +81,13 @@ class Toolbox:
 
     def shell(self, episode: Episode, command: str, timeout_s: float | None) -> CommandResult:
         limit = self.config.sandbox.timeout_s
-        sandbox_config = self.config.sandbox.model_copy(
-            update={"timeout_s": min(timeout_s or limit, limit)})
+        if reaches_judge(command):  # the shell's utils/verify reaches the episode's judge
+            self._warm(episode, wait=False)
+        socket = address(episode.root)
+        sandbox_config = self.config.sandbox.model_copy(update={
+            "timeout_s": min(timeout_s or limit, limit),
+            "env_set": {**self.config.sandbox.env_set, ENV: str(socket)},
+            "ro_paths": (*self.config.sandbox.ro_paths, str(socket.parent))})
         if self._sandbox is None:
             try:
                 self._sandbox = make_sandbox(self.config.sandbox)
@@ -95,13 +105,23 @@ class Toolbox:
         return self._judge_here(episode, time=True, profile=True)
 
     def _judge_here(self, episode: Episode, time: bool, profile: bool) -> JudgeResult:
-        config = in_episode(self.config.judge).model_copy(
-            update={"device": episode.device, "time": time, "keep_warm": False})
-        with self._local, Judge(config) as judge:
+        """Through the episode's warm judge (docs/warm-judge.md), ended with the episode."""
+        with self._local:
             try:
-                return judge.judge(episode.task, Candidate("workspace", episode.root), profile)
-            except JudgeError as exc:
+                return self._warm(episode).call("profile" if time else "verify")
+            except WarmJudgeError as exc:
                 raise ApiError(503, f"no verdict could be made: {exc}") from None
+
+    def _warm(self, episode: Episode, wait: bool = True) -> WarmJudge:
+        """The episode's warm judge, started at its first verify or profile call or shell
+        command that may reach it (``reaches_judge``)."""
+        if episode.warm is None:
+            configs = {op: in_episode(self.config.judge).model_copy(update={
+                "device": episode.device, "time": op == "profile", "keep_warm": True})
+                for op in ("verify", "profile")}
+            episode.warm = WarmJudge(episode.root, configs, owner=True)
+            episode.warm.start(wait=wait)
+        return episode.warm
 
     def judge(self, episode: Episode) -> Judgement:
         """Queue the workspace for the judge, wait for the verdict and keep it."""

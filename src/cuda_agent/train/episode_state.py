@@ -211,6 +211,8 @@ class AgentEpisode:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.toolbox is not None:
+            self.toolbox.close()
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
             self._folder = None

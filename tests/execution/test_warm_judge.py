@@ -1,0 +1,178 @@
+"""The episode's warm judge: one server per workspace, shared by the agent's tools and the
+shell, surviving bad clients and hostile candidates, ended with its episode."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.agent.tools import Toolbox
+from cuda_agent.execution.warm_judge import (
+    ENV,
+    WarmJudge,
+    WarmJudgeError,
+    address,
+    episode_configs,
+)
+from cuda_agent.tasks import load_task
+from cuda_agent.workspace import init_workspace
+from tests.conftest import write_solution
+
+QUICK = {"trials": 1, "scales": [], "min_runs": 5, "time_compile": False}
+
+
+@pytest.fixture(scope="module")
+def _pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tests.conftest import SCALE_ADD_TASK
+
+    task = tmp_path_factory.mktemp("task") / "scale_add.py"
+    task.write_text(SCALE_ADD_TASK)
+    root = init_workspace(load_task(str(task)), tmp_path_factory.mktemp("p") / "ws", "cpu")
+    write_solution(root)
+    return root
+
+
+@pytest.fixture
+def workspace(tmp_path: Path, _pristine: Path) -> Path:
+    import shutil
+
+    root = tmp_path / "ws"
+    shutil.copytree(_pristine, root, symlinks=True)
+    return root
+
+
+def _gone(pid: int) -> bool:
+    """Whether ``pid`` ended, waiting as long as it takes a loaded machine (bounded)."""
+    for _ in range(1200):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state in ("Z", "X"):  # ended; its parent has not reaped it yet
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _raw(path: Path, payload: bytes) -> dict:
+    with socket.socket(socket.AF_UNIX) as conn:
+        conn.connect(str(path))
+        conn.sendall(payload)
+        conn.shutdown(socket.SHUT_WR)
+        return json.loads(b"".join(iter(lambda: conn.recv(65536), b"")))
+
+
+def test_calls_share_one_server_that_survives_bad_clients_and_a_crashing_candidate(
+        workspace: Path) -> None:
+    judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True)
+    try:
+        first = judge.call("verify")
+        assert first.correct and first.reward == 1, first.reasons
+        server = judge.ping()
+        assert server is not None and server["judged"] == 1
+        for payload in (b"not json\n", b"[1, 2]\n", b"{" + b" " * 70_000,
+                        b'{"op": "rm -rf"}\n', b'{"op": "verify", "workspace": "/"}\n',
+                        b'{"op": "stop"}\n', b'{"op": "stop", "token": "guess"}\n'):
+            try:
+                reply = _raw(judge.socket, payload)
+            except ConnectionResetError:  # closed with the oversize request unread
+                assert len(payload) > 65536
+                continue
+            assert reply["ok"] is False and reply["error"], payload
+        (workspace / "model_new.py").write_text(
+            "import os\nos.kill(os.getpid(), 11)\n")  # the candidate's process dies
+        crashed = judge.call("verify")
+        assert crashed.reward < 1 and not crashed.correct
+        write_solution(workspace)
+        timed = judge.call("profile")
+        assert timed.correct and timed.runtime_ms is not None
+        again = judge.ping()
+        assert again is not None and again["pid"] == server["pid"] and again["judged"] == 3
+    finally:
+        judge.close()
+    assert _gone(server["pid"]) and not judge.socket.exists()
+
+
+def test_no_candidate_can_reach_a_judge_server(workspace: Path) -> None:
+    """The sockets live where a confined process sees a fresh /tmp: a candidate judged by
+    the warm judge itself finds neither its socket nor their folder."""
+    judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True)
+    try:
+        judge.start()
+        names = [str(judge.socket), str(judge.socket.parent)]
+        (workspace / "model_new.py").write_text(
+            f"import os\nseen = [p for p in {names!r} if os.path.exists(p)]\n"
+            f"raise SystemExit('candidate sees ' + repr(seen))\n\n\nclass ModelNew:\n"
+            f"    pass\n")
+        result = judge.call("verify")
+        if result.isolation != "namespaces":
+            pytest.skip(f"no namespaces here: {result.isolation!r} {result.reasons}")
+        assert "candidate sees []" in " ".join(result.reasons), result.reasons
+    finally:
+        judge.close()
+
+
+def test_a_server_that_died_is_started_again_and_the_call_still_answered(
+        workspace: Path) -> None:
+    judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True)
+    try:
+        judge.start()
+        pid = judge.ping()["pid"]
+        os.kill(pid, signal.SIGKILL)
+        assert _gone(pid)
+        result = judge.call("verify")
+        assert result.correct
+        assert judge.ping()["pid"] != pid
+    finally:
+        judge.close()
+
+
+def test_the_shell_and_the_tools_reach_the_same_judge_which_ends_with_the_episode(
+        workspace: Path) -> None:
+    box = Toolbox(workspace)
+    box.config.judge.update(QUICK)
+    shell = box.call("shell", {"command": "utils/verify"}, "")
+    assert shell.ok, shell.output
+    tool = box.call("verify", {}, "")
+    assert tool.ok, tool.output
+    server = box._warm.ping()
+    assert server is not None and server["judged"] == 2  # one server answered both
+    box.close()
+    assert _gone(server["pid"])
+    # the agent's shell cannot start one of its own: it is told how to get one
+    env = {**os.environ, ENV: str(address(workspace)), "COLUMNS": "400"}
+    done = subprocess.run([sys.executable, "-m", "cuda_agent", "workspace", "verify",
+                           str(workspace)], env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "verify and profile tools start it again" in done.stderr
+
+
+def test_a_shell_starts_the_workspaces_server_and_finds_it_again(workspace: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    argv = [sys.executable, "-m", "cuda_agent", "workspace", "verify", str(workspace)]
+    runs = [subprocess.run(argv, env=env, capture_output=True, text=True) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    server = WarmJudge(workspace).ping()
+    try:
+        assert server is not None and server["judged"] == 2
+        with pytest.raises(WarmJudgeError, match="not running"):
+            WarmJudge(workspace / "kernels").call("verify")  # a client that may not start one
+    finally:
+        os.kill(server["pid"], signal.SIGTERM)
+    assert _gone(server["pid"])
+
+
+def test_the_server_ends_when_its_owner_dies(workspace: Path) -> None:
+    code = ("import sys, os; from cuda_agent.execution.warm_judge import WarmJudge, "
+            "episode_configs; j = WarmJudge(sys.argv[1], episode_configs('cpu'), owner=True);"
+            " j.start(); print(j.ping()['pid'], flush=True); os._exit(0)")
+    done = subprocess.run([sys.executable, "-c", code, str(workspace)], capture_output=True,
+                          text=True, check=True)
+    assert _gone(int(done.stdout.split()[-1]))
