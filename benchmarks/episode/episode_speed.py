@@ -134,7 +134,7 @@ def main() -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     record = {"device": _device(), "date": datetime.datetime.now(datetime.UTC).isoformat(
-        timespec="seconds"), "commit": commit or os.environ.get("COMMIT", "?")}
+        timespec="seconds"), "commit": os.environ.get("COMMIT") or commit or "?"}
     parts = args.parts.split(",")
     if "episode" in parts:
         record["episode"] = episode(args.device, work / "opt")
