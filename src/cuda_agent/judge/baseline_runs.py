@@ -8,6 +8,7 @@ time held to the judge's clock the same way (``verify.bounded``).
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -23,34 +24,39 @@ from cuda_agent.results import TimingStats
 def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | None,
                    new_worker: Callable[[], Worker], tracer: str | None, **extra: Any
                    ) -> baseline_cache.Baselines:
-    """Eager time from the reference and ``plan.baseline_processes - 1`` more processes,
-    torch.compile's from that many processes (all started at once, timed one after
-    another); each pooled over its processes. ``tracer`` is the fixed layer the timing jobs
-    load (the device timer on CUDA); ``extra`` goes into them (``measure`` passes its
-    ``gpu_turn``)."""
+    """Eager time from the reference and up to ``plan.baseline_processes - 1`` more
+    processes, torch.compile's from up to that many processes (all started at once, timed
+    one after another); each pooled over its processes. A kind takes no more processes once
+    two or more of its medians agree within ``AGREE`` x the interval the judge aims at: more
+    processes average away offsets between processes, and where there are none worth the
+    name they only cost time. ``tracer`` is the fixed layer the timing jobs load (the
+    device timer on CUDA); ``extra`` goes into them (``measure`` passes its ``gpu_turn``)."""
     cfg = plan.cfg
     timed = ref.result.get("samples_ms") and ref_clock is not None
     runs: dict[str, list[Timed]] = {"eager": [Timed(ref, ref_clock, [])] if timed else [],
                                     "compile": []}
-    roles = ["eager"] * (plan.baseline_processes - 1) if timed else []
-    if cfg.time and cfg.time_compile:
-        roles += ["compile"] * plan.baseline_processes
-    workers = [new_worker() for _ in roles]
+    most = {"eager": plan.baseline_processes if timed else 0,
+            "compile": plan.baseline_processes if cfg.time and cfg.time_compile else 0}
+    spares = [new_worker() for _ in range(most["eager"] - len(runs["eager"]) + most["compile"])]
+    tolerance = AGREE * cfg.rel_ci_for(plan.device)
     try:
-        for role, worker in zip(roles, workers, strict=True):
-            driver = worker.drive(plan.baseline_driver())
-            done = worker.run(plan.job(role, time=True, tracer=tracer, **extra),
-                              cfg.process_timeout_s)
-            worker.close()
-            name = "torch.compile" if role == "compile" else "eager"
-            if not done.ok:
-                raise JudgeError(f"{name} baseline failed: {done.failure}")
-            try:
-                runs[role].append(Timed(done, judge_clock(driver.records), []))
-            except ClockError as exc:
-                raise JudgeError(f"{name} baseline's calls could not be timed: {exc}") from None
+        for role in ("eager", "compile"):
+            while len(runs[role]) < most[role] and not _agree(runs[role], tolerance):
+                worker = spares.pop()
+                driver = worker.drive(plan.baseline_driver())
+                done = worker.run(plan.job(role, time=True, tracer=tracer, **extra),
+                                  cfg.process_timeout_s)
+                worker.close()
+                name = "torch.compile" if role == "compile" else "eager"
+                if not done.ok:
+                    raise JudgeError(f"{name} baseline failed: {done.failure}")
+                try:
+                    runs[role].append(Timed(done, judge_clock(driver.records), []))
+                except ClockError as exc:
+                    raise JudgeError(f"{name} baseline's calls could not be timed: "
+                                     f"{exc}") from None
     finally:
-        close_all(workers)
+        close_all(spares)
     meaning = ref.result.get("time_meaning", "wall")
     base = baseline_cache.Baselines(_stats(runs["eager"], meaning, cfg),
                                     _stats(runs["compile"], meaning, cfg),
@@ -58,6 +64,17 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
     if cfg.time and cfg.cache_baselines and timed:
         baseline_cache.store(plan.baseline_key, base)
     return base
+
+
+AGREE = 2.0
+"""Processes' medians within this many target intervals of each other need no more."""
+
+
+def _agree(runs: list[Timed], tolerance: float) -> bool:
+    if len(runs) < 2:
+        return False
+    medians = [run_stats(run).median_ms for run in runs]
+    return (max(medians) - min(medians)) <= tolerance * statistics.fmean(medians)
 
 
 def _stats(runs: list[Timed], meaning: str, cfg: Any) -> TimingStats | None:

@@ -39,7 +39,9 @@ class JudgeConfig(BaseModel):
     cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
     baseline_processes: int | None = Field(
         None, ge=1, description="Fresh processes each baseline (eager, torch.compile) is "
-        "timed in, pooled by timing.pooled. A 50-90 us kernel's median moves by 0.15-0.35% "
+        "timed in at most, pooled by timing.pooled; a kind stops adding them once two or "
+        "more medians agree within 2 x target_rel_ci. A 50-90 us kernel's median moves by "
+        "0.15-0.35% "
         "from one process to the next on an H100 while each process's own interval is 0.2%; "
         "a cached baseline keeps its process's offset for every later speed-up. None: 5 on "
         "CUDA (paid once per cached task), 1 on CPU.")
