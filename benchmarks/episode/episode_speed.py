@@ -53,10 +53,11 @@ def episode(device: str, out: Path) -> dict:
             "final_s": round(final.get("seconds", 0.0), 2)}
 
 
-def shell_steps(kb: Path, device: str, work: Path, repeats: int
+def shell_steps(kb: Path, device: str, work: Path, repeats: int, think_s: float
                 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """KernelBench 1/12 as a user meets it: a new task's first judgement, then utils/verify,
-    utils/profile and `cuda-agent judge` with the baselines cached."""
+    utils/profile and `cuda-agent judge` with the baselines cached; ``think_s`` between
+    calls stands for the agent's thinking, while the warm judge starts its next workers."""
     from cuda_agent.paths import home_dir
 
     ws = work / "ws12"
@@ -71,18 +72,19 @@ def shell_steps(kb: Path, device: str, work: Path, repeats: int
               if "." not in k and v >= 0.05}
     print(f"first judgement {first:.1f} s; its phases: {phases}", flush=True)
     for name in ("verify", "profile"):
-        steps[f"utils/{name} from a shell"] = [run([str(ws / f"utils/{name}")])[0]
+        steps[f"utils/{name} from a shell"] = [_think(think_s, run([str(ws / f"utils/{name}")]))
                                                for _ in range(repeats)]
         print(f"utils/{name}: {steps[f'utils/{name} from a shell']}", flush=True)
     edits = []
     for i in range(repeats):
         for cu in (ws / "kernels").glob("*.cu"):
             cu.write_text(cu.read_text() + f"\n// edit {i} {time.time()}\n")
-        edits.append(run([str(ws / "utils/profile")])[0])
+        edits.append(_think(think_s, run([str(ws / "utils/profile")])))
     steps["utils/profile after an edit (nvcc)"] = edits
     print(f"utils/profile after an edit: {edits}", flush=True)
     judge = [*CLI, "judge", f"{kb}::1/12", str(ws)]
-    steps["cuda-agent judge (baselines cached)"] = [run(judge)[0] for _ in range(2)][1:]
+    steps["cuda-agent judge (baselines cached)"] = [run(judge)[0]]  # cached by the calls above
+    print(f"cuda-agent judge: {steps['cuda-agent judge (baselines cached)']}", flush=True)
     _stop_server(ws)
     return steps, phases
 
@@ -103,6 +105,11 @@ def single_file(kb: Path, work: Path) -> dict:
           f"rewards {rewards}", flush=True)
     return {"plain load_inline": [round(plain, 2)], "first judgement": [round(first, 2)],
             "unchanged source judged again": [round(again, 2)], "rewards": rewards}
+
+
+def _think(seconds: float, done: tuple[float, str]) -> float:
+    time.sleep(seconds)
+    return done[0]
 
 
 def _stop_server(ws: Path) -> None:
@@ -128,6 +135,8 @@ def main() -> int:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--parts", default="episode,shell,single")
+    parser.add_argument("--think-s", type=float, default=3.0,
+                        help="pause after each shell call (the agent's thinking)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="episode-speed-"))
@@ -140,7 +149,8 @@ def main() -> int:
         record["episode"] = episode(args.device, work / "opt")
     if "shell" in parts:
         steps, record["first_phases"] = shell_steps(args.kernelbench, args.device, work,
-                                                    args.repeats)
+                                                    args.repeats, args.think_s)
+        record["think_s"] = args.think_s
         record["shell"] = {k: [round(v, 2) for v in vs] for k, vs in steps.items()}
     if "single" in parts and args.device == "cuda":
         record["single_file"] = single_file(args.kernelbench, work)
