@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import secrets
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,8 +86,11 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
 
 def _timing_kwargs(job: dict[str, Any]) -> dict[str, Any]:
     timing_ = job["timing"]
-    return {k: timing_[k] for k in ("warmup", "min_runs", "max_runs", "budget_s",
-                                    "target_rel_ci")}
+    kwargs = {k: timing_[k] for k in ("warmup", "min_runs", "max_runs", "budget_s",
+                                      "target_rel_ci")}
+    if "floor_runs" in timing_:
+        kwargs["floor_runs"] = timing_["floor_runs"]
+    return kwargs
 
 
 def _first_call_then_turn(forward: Any, ns: dict[str, Any], device: str, turn: GpuTurn,
@@ -111,7 +115,11 @@ def _first_call(job: dict[str, Any], ns: dict[str, Any], forward: Any,
     (a candidate's may too), and the bytes a call moves (the memory floor)."""
     with torch.no_grad():
         inputs = make_inputs(ns, secrets.randbits(62), device)
+        start = time.perf_counter()
         outputs = as_outputs(forward(*inputs))
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        result["call_s"] = time.perf_counter() - start  # plans the checks' time (budget)
     given = [x for x in inputs if isinstance(x, torch.Tensor)]
     made = [t for t in outputs if isinstance(t, torch.Tensor)]
     result["sizes"] = {
