@@ -157,7 +157,7 @@ class JudgePlan:
         a twin take their element-wise slack from the twinned ones at scale 1)."""
         wide = self.kept.wide if self.kept is not None else 0
         first = next((s for s in kept if s.scale == 1.0), None)
-        if wide >= len(kept) or first is None:
+        if not 0 < wide < len(kept) or first is None:
             return kept
         return [first, *(s for s in kept if s is not first)]
 
