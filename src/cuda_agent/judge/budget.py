@@ -15,10 +15,18 @@ one call's sizes the judge plans what it keeps, within ``output_budget_gb``:
 
 Each step is taken only while the total is over the budget; the verdict names what was
 dropped.
+
+The same steps but the last bound the time the checks take where ``check_budget_s`` asks
+(the agent's own verify and profile: ``config.IN_EPISODE``): on a task whose call takes a
+second on the CPU, seven checked calls, each with the reference's answer and its float64
+twin, take over a minute. ``fit_time`` estimates that time from the reference's first call;
+the float64 twin of the first checked call always stays, so precision is still judged
+against float64, on fewer calls.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -73,3 +81,41 @@ def plan_kept(keep: int, scales: tuple[float, ...], extra: int, processes: int,
     k, s, e, w = plan
     w = min(w, k + len(s))
     return KeptPlan(k, s, e, w, call_bytes, (k, s, e, w) != planned)
+
+
+CHECK_CALLS = 3.0
+"""What one checked call costs, in calls of the reference: the candidate's call, the
+reference's answer, and making, packing and digesting its inputs on both sides."""
+WIDE_CALLS = 3.0
+"""What a float64 twin adds, in calls of the reference (float64 runs 2-3x slower)."""
+
+
+def fit_time(plan: KeptPlan, processes: int, call_s: float, budget_s: float
+             ) -> tuple[KeptPlan, str | None]:
+    """``plan`` by steps 1-3 of the module docstring while its checks would take more than
+    ``budget_s`` at ``call_s`` a reference call (``CHECK_CALLS``, ``WIDE_CALLS``), and the
+    verdict's note when a step was taken (None otherwise). Step 4 is never taken for time:
+    the first checked call keeps its float64 twin."""
+    def cost(p: tuple[int, tuple[float, ...], int, int]) -> float:
+        k, s, e, w = p
+        return call_s * (CHECK_CALLS * (k + len(s) + e * (processes - 1)) + WIDE_CALLS * w)
+
+    steps = [lambda p: (p[0], p[1], p[2], min(p[3], 1)),
+             lambda p: (p[0], p[1], min(p[2], 1), p[3]),
+             lambda p: (1 if p[1] else 2, p[1][:1], p[2], min(p[3], 1))]
+    start = (plan.keep, plan.scales, plan.extra, plan.wide)
+    fitted = start
+    for step in steps:
+        if cost(fitted) <= budget_s:
+            break
+        fitted = step(fitted)
+    if fitted == start:
+        return plan, None
+    k, s, e, w = fitted
+    others = f", {e} of {plan.extra} in each other timing process" if processes > 1 else ""
+    note = (f"a reference call takes {call_s:.2f} s: {k + len(s)} of "
+            f"{plan.keep + len(plan.scales)} calls checked in the first process, "
+            f"{min(w, k + len(s))} with a float64 reference{others}, to keep the checks "
+            f"within check_budget_s ({budget_s:g} s)")
+    return dataclasses.replace(plan, keep=k, scales=s, extra=e, wide=min(w, k + len(s)),
+                               reduced=True), note

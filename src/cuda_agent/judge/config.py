@@ -26,16 +26,46 @@ class JudgeConfig(BaseModel):
         (0.25, 4.0), description="Extra trials with floating inputs multiplied by these.")
     float64_check: bool = Field(True, description="Judge precision against float64.")
     check: bool = Field(True, description="Compare outputs with the reference.")
+    check_budget_s: float | None = Field(
+        None, gt=0, description="The time the checked calls may take, estimated from the "
+        "reference's first call (each checked call about 3 reference calls, each float64 "
+        "twin 3 more); over it fewer are checked (judge.budget: twins for the first checked "
+        "call only, then one call at scale 1 and the first scaled one, the first keeping "
+        "its float64 twin) and the verdict says so. None: no limit. The agent's own verify "
+        "and profile take 8 s (in_episode): a task whose call takes a second on the CPU "
+        "would spend over a minute on its seven checked calls and their twins.")
     time: bool = Field(True, description="Time the candidate and the eager baseline.")
     time_compile: bool = Field(True, description="Also time the torch.compile baseline.")
-    warmup: int = Field(3, ge=0, description="Untimed calls before timing.")
-    min_runs: int = Field(50, ge=1, description="Timed calls at least.")
+    warmup: int = Field(
+        3, ge=0, description="Untimed calls before timing; fewer (at least one) once they "
+        "took warmup_budget_s by the judge's clock. The judge ends the warm-up by its own "
+        "count and clock, whatever the worker asks.")
+    warmup_budget_s: float = Field(
+        0.5, gt=0, description="The warm-up's calls' own time (the judge's clock) after which "
+        "it ends, from its first call on (on CUDA, not before 0.2 s): a call that long is "
+        "warm after its first (lazy set-up, the allocator's blocks, a torch.compile "
+        "baseline's compilation), and three of them would cost seconds on a large CPU task.")
+    min_runs: int = Field(
+        50, ge=1, description="Timed calls before the median's interval may end the timing "
+        "(a shorter run's interval is too coarse to trust); the budget may end it sooner, "
+        "from floor_runs on.")
+    floor_runs: int = Field(
+        5, ge=1, description="Timed calls at least, however long they take (at most "
+        "min_runs): the judge refuses to end the timed phase sooner, whatever the worker "
+        "asks. With time_budget_s it bounds a slow call's timing: about "
+        "max(floor_runs x call, time_budget_s + call), for candidate and baselines alike.")
     max_runs: int = Field(500, ge=1, le=20_000, description="Timed calls at most.")
-    time_budget_s: float = Field(2.0, gt=0, description="Stop timing after this much wall time.")
+    time_budget_s: float = Field(
+        2.0, gt=0, description="The timed calls' own time after which timing ends, tight or "
+        "not, once floor_runs calls are made: each call's time from the judge sending it to "
+        "its done, by the judge's clock (the time between calls is not counted, so a worker "
+        "idling there spends none of it). The judge holds the worker to it: before min_runs "
+        "the timed phase ends only once this is spent. 2 s keeps a CPU profile of a task "
+        "whose call takes 1-2 s within a minute (docs/judge.md, 'Timing').")
     target_rel_ci: float | None = Field(
-        None, gt=0, description="Stop once the median's 95% CI half-width is this fraction. "
-        "None: 0.002 on CUDA (device time is steady enough between processes that a tighter "
-        "interval pays), 0.005 on CPU (wall time).")
+        None, gt=0, description="Stop once the median's 95% CI half-width is this fraction "
+        "(from min_runs calls on). None: 0.002 on CUDA (device time is steady enough between "
+        "processes that a tighter interval pays), 0.005 on CPU (wall time).")
     cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
     baseline_processes: int | None = Field(
         None, ge=1, description="Fresh processes each baseline (eager, torch.compile) is "
@@ -138,11 +168,13 @@ class JudgeConfig(BaseModel):
         return 0.002 if device.startswith("cuda") else 0.005
 
 
-IN_EPISODE = {"candidate_processes": 1}
+IN_EPISODE = {"candidate_processes": 1, "check_budget_s": 8.0}
 """What the agent's own verify and profile calls (its tools, the workspace's commands, the
 MCP server's and the service's) change in a judge's settings: the candidate timed in one
 process, so that an edited kernel is built, checked and timed in about 3 s on an H100 (docs/
-benchmarks.md). The final judgement, evaluation and rewards keep the steadier default."""
+benchmarks.md), and on a task whose call takes seconds fewer calls checked (at least one at
+scale 1 with its float64 twin and one scaled), so that verify stays within 30 s. The final
+judgement, evaluation and rewards keep the steadier, fuller default."""
 
 
 def in_episode(config: JudgeConfig) -> JudgeConfig:

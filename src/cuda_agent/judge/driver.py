@@ -22,6 +22,7 @@ Everything the judge measures is in ``records``; ``clock.JudgeClock`` turns them
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -38,6 +39,8 @@ _clock = time.perf_counter
 SEED_BITS = 62
 MAX_WARMUP, MAX_TIMED, MAX_RECORD = 200, 20_000, 64
 """Calls a phase ends at whatever the worker asks (it owes the judge nothing more)."""
+CALIBRATE_FLOOR = 5
+"""Stand-ins made at least: their median is the protocol's cost."""
 COUNTED = ("timed", "record", "tail", "check")
 """Phases whose calls are kept and timed (the warm-up's and the stand-ins' are neither)."""
 
@@ -84,14 +87,24 @@ class DriverPlan:
     calibrate: int = 0
     """Stand-in calls before any candidate code (``phase calibrate``), to measure what the
     protocol itself costs; every third one is kept (the worker packs stand-ins)."""
+    calibrate_s: float = math.inf
+    """...fewer once at least ``CALIBRATE_FLOOR`` took this long (``spent``): stand-ins run
+    before any candidate code, so their number is the judge's alone either way."""
     expected_calls: int = 60
     """About how many calls the worker makes: the scaled calls are spread over so many."""
     warmup: int = 0
     warmup_s: float = 0.0
     """The warm-up ends once at least this many calls and seconds have gone (the judge's
-    count and clock, whatever the worker asks)."""
+    count and clock, whatever the worker asks)..."""
+    warmup_budget_s: float = math.inf
+    """...or, from its first call on, once its calls took this long (``spent``) and
+    ``warmup_s`` has gone: a call that long is warm after the first."""
     min_runs: int = 0
-    """The timed phase ends no sooner than this many calls."""
+    """The timed phase ends when the worker asks, from this many calls on..."""
+    floor_runs: int = 0
+    budget_s: float = math.inf
+    """...or from ``floor_runs`` calls on once the timed calls took ``budget_s`` (``spent``):
+    a worker can end its timing before ``min_runs`` only by calls that took the budget."""
     record: bool = False
     """Whether the worker may make ``record`` calls (the activity record, on CUDA)."""
     timed: bool = True
@@ -101,6 +114,14 @@ class DriverPlan:
     job's calls would escape the judge's clock)."""
     rng: random.Random = field(default_factory=Keyed)
     """Never Python's own generator in a judgement: its outputs give away its state."""
+
+
+def spent(records: list[Record]) -> float:
+    """The calls' own time by the judge's clock (s): from sending each call to its ``done``.
+    The time between calls is the worker's and counts for nothing, so a worker that idles
+    there spends none of a budget; and a worker's own measure of a call, from receiving it
+    to saying ``done``, is never more than the judge's."""
+    return sum(r.done - r.sent for r in records if r.done is not None)
 
 
 class Reservoir:
@@ -219,22 +240,27 @@ class CallDriver:
         """The next call of ``phase``, or None to end it. The judge ends the warm-up by its
         own count and clock alone (the worker's ``stop`` is not heard: a worker that could
         stretch the warm-up would dilute the counted calls), the timed phase no sooner than
-        ``min_runs``, and no phase may come back once a later one began. Scaled calls are
+        ``min_runs``, or ``floor_runs`` once the budget is spent (by the judge's clock), and
+        no phase may come back once a later one began. Scaled calls are
         wall calls, and never ``record`` calls (the activity record pairs gated calls); a
         ``tail`` or ``check`` call is of a kind whose reservoir is not yet full."""
         plan, rng = self.plan, self.plan.rng
         self._advance(phase)
         made = [r for r in self.records if r.phase == phase]
         if phase == "calibrate":
-            ends = len(made) >= plan.calibrate
+            ends = len(made) >= plan.calibrate or (
+                len(made) >= CALIBRATE_FLOOR and spent(made) >= plan.calibrate_s)
         elif phase in ("tail", "check"):
             ends = self.owed() == 0
         elif phase == "warmup":
             began = made[0].sent if made else _clock()
-            ends = (len(made) >= plan.warmup and _clock() - began >= plan.warmup_s
+            warm = len(made) >= plan.warmup or (made and spent(made) >= plan.warmup_budget_s)
+            ends = (warm and _clock() - began >= plan.warmup_s
                     ) or len(made) >= max(10 * plan.warmup, MAX_WARMUP)
         elif phase == "timed":
-            ends = (stop and len(made) >= plan.min_runs) or len(made) >= MAX_TIMED
+            may = len(made) >= plan.min_runs or (
+                len(made) >= plan.floor_runs and spent(made) >= plan.budget_s)
+            ends = (stop and may) or len(made) >= MAX_TIMED
         else:  # record
             ends = stop or len(made) >= MAX_RECORD
         if ends:

@@ -208,7 +208,7 @@ class Judge:
                 return verdict.fail()
             runs += again
         if cfg.check:
-            kept = [s for run in runs for s in run.kept]
+            kept = plan.checked_order([s for run in runs for s in run.kept])
             with verdict.phase("reference_kept"):  # 7
                 answers = ahead.answers(ref_worker, kept)
             with verdict.phase("compare"):  # 8

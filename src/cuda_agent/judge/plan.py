@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from cuda_agent.judge import baselines as baseline_cache
-from cuda_agent.judge.budget import KeptPlan, plan_kept
+from cuda_agent.judge.budget import KeptPlan, fit_time, plan_kept
 from cuda_agent.judge.compare import eager_errors, timed_slack
 from cuda_agent.judge.config import JUDGE_VERSION, JudgeConfig
 from cuda_agent.judge.driver import DriverPlan, Snapshot
@@ -28,7 +28,10 @@ from cuda_agent.tasks.task import Task
 from cuda_agent.tasks.tolerance import declared
 
 STAND_INS = 16
-"""Stand-in calls a worker makes before any candidate code (the protocol's own cost)."""
+STAND_INS_S = 1.0
+"""Stand-in calls a worker makes before any candidate code (the protocol's own cost): 16,
+or from ``driver.CALIBRATE_FLOOR`` on once they took a second (a large task's stand-ins
+make and pack its inputs, a few tenths of a second each on the CPU)."""
 WALL_SHARE_CUDA = 0.25
 """On CUDA, the share of a candidate's calls made as wall calls (timed by the judge's clock
 alone); the others go through the device timer."""
@@ -69,8 +72,12 @@ class JudgePlan:
         self.key = self.rng.getrandbits(62)
         self.init_seed = self.rng.getrandbits(62)
         self.timing = {"warmup": cfg.warmup, "min_runs": cfg.min_runs,
+                       "floor_runs": min(cfg.floor_runs, cfg.min_runs),
                        "max_runs": cfg.max_runs, "budget_s": cfg.time_budget_s,
+                       "warmup_budget_s": cfg.warmup_budget_s,
                        "target_rel_ci": cfg.rel_ci_for(device)}
+        """What the workers' timing loops are told, and the baselines' cache key: the judge
+        holds each worker to it (``driver_plan``, ``baseline_driver``)."""
         self.baseline_processes = cfg.baseline_processes_for(device)
         self.baseline_key = baseline_cache.cache_key(
             task.sha256, device, task.precision.value, JUDGE_VERSION,
@@ -137,7 +144,22 @@ class JudgePlan:
         self.kept = plan_kept(self.cfg.trials, tuple(self.cfg.scales), EXTRA_KEEP, processes,
                               call, pack_size(sizes["wide"]), budget,
                               bool(first.get("float64")) and self.cfg.float64_check)
-        return self.kept.note(planned, budget) if self.kept.reduced else None
+        notes = [self.kept.note(planned, budget)] if self.kept.reduced else []
+        call_s = first.get("call_s")
+        if self.cfg.check_budget_s is not None and type(call_s) is float and call_s > 0:
+            self.kept, slow = fit_time(self.kept, processes, call_s, self.cfg.check_budget_s)
+            notes += [slow] if slow else []
+        return "; ".join(notes) or None
+
+    def checked_order(self, kept: list[Snapshot]) -> list[Snapshot]:
+        """The kept calls in the order the reference answers them: the first ``wide`` get a
+        float64 twin, so where not all do, a call at scale 1 comes first (the calls without
+        a twin take their element-wise slack from the twinned ones at scale 1)."""
+        wide = self.kept.wide if self.kept is not None else 0
+        first = next((s for s in kept if s.scale == 1.0), None)
+        if not 0 < wide < len(kept) or first is None:
+            return kept
+        return [first, *(s for s in kept if s is not first)]
 
     def pack_bytes(self) -> int | None:
         """The candidate's pack: one kept call's outputs and inputs (each kept call is read
@@ -157,10 +179,19 @@ class JudgePlan:
         if process > 1 and self.cfg.split_timing:  # the GPU is warm from the process before
             warmup, warmup_s = max(warmup, EXTRA_WARMUP_CALLS), min(warmup_s, EXTRA_WARMUP_S)
         return DriverPlan(keep=keep, scales=scales, wall_share=self.wall_share(),
-                          calibrate=STAND_INS, expected_calls=int(timing["min_runs"]),
-                          warmup=warmup, warmup_s=warmup_s, min_runs=int(timing["min_runs"]),
+                          expected_calls=int(timing["min_runs"]), warmup=warmup,
+                          warmup_s=warmup_s,
                           record=self.device.startswith("cuda") and self.cfg.activity_record,
-                          timed=self.cfg.time or process > 1, rng=self.rng.child())
+                          timed=self.cfg.time or process > 1, rng=self.rng.child(),
+                          **self._timed_phases(timing))
+
+    def _timed_phases(self, timing: dict[str, Any]) -> dict[str, Any]:
+        """The ``DriverPlan`` fields that end the stand-ins, the warm-up and the timed
+        calls, for the candidate and the baselines alike."""
+        return {"calibrate": STAND_INS, "calibrate_s": STAND_INS_S,
+                "warmup_budget_s": float(timing["warmup_budget_s"]),
+                "min_runs": int(timing["min_runs"]), "floor_runs": int(timing["floor_runs"]),
+                "budget_s": float(timing["budget_s"])}
 
     def _warmup_s(self) -> float:
         """The warm-up's seconds on CUDA (clocks ramp up); none on the CPU."""
@@ -168,9 +199,9 @@ class JudgePlan:
 
     def baseline_driver(self) -> DriverPlan:
         """How the judge drives a baseline's timing calls (nothing kept)."""
-        return DriverPlan(keep=0, wall_share=self.wall_share(), calibrate=STAND_INS,
-                          warmup=self.cfg.warmup, warmup_s=self._warmup_s(),
-                          min_runs=self.cfg.min_runs, rng=self.rng.child())
+        return DriverPlan(keep=0, wall_share=self.wall_share(), warmup=self.cfg.warmup,
+                          warmup_s=self._warmup_s(), rng=self.rng.child(),
+                          **self._timed_phases(self.timing))
 
     def wall_share(self) -> float:
         return WALL_SHARE_CUDA if self.device.startswith("cuda") else 1.0

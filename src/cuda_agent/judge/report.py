@@ -122,8 +122,9 @@ def report(text: str | None, timed: bool = False) -> dict[str, Any]:
     found |= {k: raw[k][:n] for k, n in _TEXTS.items() if isinstance(raw.get(k), str)}
     found |= {k: raw[k] for k in _WHOLE if _count(raw.get(k)) is not None}
     found |= {k: raw[k] for k, kind in _REFERENCE.items() if isinstance(raw.get(k), kind)}
-    if _amount(raw.get("bandwidth_gbs")) is not None:
-        found["bandwidth_gbs"] = float(raw["bandwidth_gbs"])
+    for key in ("bandwidth_gbs", "call_s"):
+        if _amount(raw.get(key)) is not None:
+            found[key] = float(raw[key])
     if isinstance(raw.get("stage_at"), dict):
         found["stage_at"] = {str(k)[:40]: float(v) for k, v in
                              list(raw["stage_at"].items())[:STAGES_KEPT]

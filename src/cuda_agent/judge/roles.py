@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import secrets
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 from cuda_agent.judge import timing
 from cuda_agent.judge.calls import CallChannel
 from cuda_agent.judge.digest import digest
+from cuda_agent.judge.fan_in import BUDGET_S as FAN_IN_BUDGET_S
 from cuda_agent.judge.fan_in import report
 from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.harness import load_tracer, timing_blocker
@@ -85,8 +87,11 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
 
 def _timing_kwargs(job: dict[str, Any]) -> dict[str, Any]:
     timing_ = job["timing"]
-    return {k: timing_[k] for k in ("warmup", "min_runs", "max_runs", "budget_s",
-                                    "target_rel_ci")}
+    kwargs = {k: timing_[k] for k in ("warmup", "min_runs", "max_runs", "budget_s",
+                                      "target_rel_ci")}
+    if "floor_runs" in timing_:
+        kwargs["floor_runs"] = timing_["floor_runs"]
+    return kwargs
 
 
 def _first_call_then_turn(forward: Any, ns: dict[str, Any], device: str, turn: GpuTurn,
@@ -109,9 +114,20 @@ def _first_call(job: dict[str, Any], ns: dict[str, Any], forward: Any,
     """One call on inputs of no consequence: the outputs' and inputs' sizes (the judge
     plans the kept calls and the packs by them), which outputs share memory with an input
     (a candidate's may too), and the bytes a call moves (the memory floor)."""
+    took: list[float] = []
+
+    def timed(*inputs: Any) -> Any:  # what a call takes plans the checks (``budget``)
+        start = time.perf_counter()
+        out = forward(*inputs)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        took.append(time.perf_counter() - start)
+        result["call_s"] = min(took)  # the first call sets up what later ones reuse
+        return out
+
     with torch.no_grad():
         inputs = make_inputs(ns, secrets.randbits(62), device)
-        outputs = as_outputs(forward(*inputs))
+        outputs = as_outputs(timed(*inputs))
     given = [x for x in inputs if isinstance(x, torch.Tensor)]
     made = [t for t in outputs if isinstance(t, torch.Tensor)]
     result["sizes"] = {
@@ -124,10 +140,14 @@ def _first_call(job: dict[str, Any], ns: dict[str, Any], forward: Any,
     result["io_bytes"] = sum(result["sizes"]["outputs"]) + sum(result["sizes"]["inputs"])
     if not job.get("check", True):  # timing alone: nothing will be compared
         return
-    result["degenerate"] = _degenerate(job.get("degenerate") or {}, ns, forward, device)
+    result["degenerate"] = _degenerate(job.get("degenerate") or {}, ns, forward=timed,
+                                       device=device)
     model64 = _double(model) if job.get("float64", True) else None
     result["float64"] = model64 is not None
-    if model64 is not None:  # the precision budget's reduction length, while the kernels build
+    # the precision budget's reduction length, while the kernels build; where a call takes
+    # over a third of its budget, its float64 forward alone would too and it measures none
+    _STATE["fan_in"] = None
+    if model64 is not None and result["call_s"] <= FAN_IN_BUDGET_S / 3:
         doubled = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
                    for x in inputs]
         _STATE["fan_in"] = report(model64, doubled)

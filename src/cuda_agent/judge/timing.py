@@ -13,9 +13,11 @@ A time has one of two meanings (``TIME_MEANINGS``; ``Measured.meaning`` says whi
 Every call's inputs come from a seed the judge sends with it (``source``), made into one
 of two buffers that alternate, so neither a cache keyed by pointer nor one keyed by seed
 serves a right answer, and any call may be one the judge keeps and checks. Runs repeat
-until the 95% confidence interval of the median is within ``target_rel_ci`` or the budget
-is spent. Clocks, events and the synchronise function are bound at import, before any
-candidate code runs.
+until the 95% confidence interval of the median is within ``target_rel_ci`` (from
+``min_runs`` calls on) or the timed calls have taken ``budget_s`` (from ``floor_runs`` on),
+so a slow call is timed a few times, not ``min_runs``; the judge holds the worker to the
+same rule on its own clock (``driver``). Clocks, events and the synchronise function are
+bound at import, before any candidate code runs.
 """
 
 from __future__ import annotations
@@ -166,14 +168,18 @@ class Measured:
 
 def measure(fn: Callable[..., Any], source: CallSource, device: str, *, warmup: int = 3,
             min_runs: int = 10, max_runs: int = 500, budget_s: float = 3.0,
-            target_rel_ci: float = 0.005, blocker: Blocker | None = None,
+            target_rel_ci: float = 0.005, floor_runs: int | None = None,
+            blocker: Blocker | None = None,
             warmup_s: float = 0.2, watch: Callable[[], None] | None = None,
             before: Callable[[], None] | None = None, offset_ms: float = 0.0,
             warmed: Callable[[], None] | None = None,
             record: contextlib.AbstractContextManager[Any] | None = None,
             record_calls: int = RECORDED_CALLS) -> Measured:
     """Time ``fn`` over the calls ``source`` hands out: warm-up, timed calls until the
-    median's interval is within ``target_rel_ci`` (or the budget is spent), then, with
+    median's interval is within ``target_rel_ci`` (from ``min_runs`` calls on) or the timed
+    calls took ``budget_s`` (from ``floor_runs`` on, ``min_runs`` where None; each call's
+    time from receiving it to saying it returned, never more than the judge's own measure
+    of it, so the judge agrees the budget is spent), then, with
     ``record`` (the device timer only), ``record_calls`` gated calls inside it (untimed:
     ``details["recorded_calls"]`` says how many went through the gate), then whatever calls
     the source still has (``tail``).
@@ -187,11 +193,14 @@ def measure(fn: Callable[..., Any], source: CallSource, device: str, *, warmup: 
     timer = DeviceTimer(blocker) if cuda and blocker is not None else None
     samples: list[float] = []  # wall samples; the device timer keeps its own rows
     host: list[float] = []  # warm-up calls' host time (ms), without a sync inside the call
+    spent = [0.0]  # the timed calls' own time (s), as ``driver.spent`` counts it
+    floor = min_runs if floor_runs is None else min(floor_runs, min_runs)
 
     def one(phase: str, stop: bool) -> bool:
         """One call of ``phase``; False when the source ends the phase."""
         if source.next(phase, stop) is None:
             return False
+        given = _clock()
         if before is not None:
             before()
         if timer is not None and phase == "record":  # recorded, not timed
@@ -211,6 +220,8 @@ def measure(fn: Callable[..., Any], source: CallSource, device: str, *, warmup: 
                 samples.append(max(0.0, wall_ms - offset_ms))
         if watch is not None:
             watch()
+        if phase == "timed":
+            spent[0] += _clock() - given
         source.done(inputs, out)
         return True
 
@@ -227,15 +238,14 @@ def measure(fn: Callable[..., Any], source: CallSource, device: str, *, warmup: 
         if timer is not None:
             timer.calibrate(statistics.median(host) if host else 1e9)
         warmed = _clock()
-        deadline = warmed + budget_s
         stop = False
         while one("timed", stop):
             done = count() >= max_runs
-            if count() >= min_runs and (timer is None or timer.probed()):
+            if count() >= floor and (timer is None or timer.probed()):
                 counted = timer.samples() if timer is not None else samples
                 tight = len(counted) >= min_runs and stats(counted).rel_ci <= target_rel_ci
                 done = done or (tight and (timer is None or timer.settled())) \
-                    or _clock() > deadline
+                    or spent[0] >= budget_s
             stop = done
         window, recorded = 0.0, 0
         if record is not None and timer is not None:
