@@ -72,7 +72,8 @@ def test_the_candidates_flags_the_judge_takes():
                        "-gencode", "arch=compute_80,code=sm_80", "-Xcompiler", "-fopenmp",
                        "-std=c++17"]) == ["-O3", "--use_fast_math", "-Xptxas", "-O3,-v",
                                           "-Xcompiler", "-fopenmp", "-std=c++17"]
-    assert ld_flags(["-lcublas", "-fopenmp"], cuda=True) == ["-lcublas", "-fopenmp"]
+    assert ld_flags(["-lcublas", "-fopenmp", "-Wl,--no-as-needed"], cuda=True) == [
+        "-lcublas", "-fopenmp", "-Wl,--no-as-needed"]
     for flags in (["-fplugin=/tmp/evil.so"], ["-B/tmp"], ["-I/tmp"], ["-Wl,-rpath,/tmp"],
                   ["-include", "/etc/passwd"], ["@/tmp/flags"], ["-o", "x"], ["-specs=x"],
                   ["-fdump-tree-all"], ["-save-temps"], ["-wrapper", "x"], ["-flto"]):

@@ -63,7 +63,7 @@ _PAIRED = {"-t": re.compile(r"\d+"), "--threads": re.compile(r"\d+"),
 CUDA_LIBRARIES = ("cublas", "cublasLt", "cudnn", "cuda", "cudart")
 HOST_LIBRARIES = ("gomp", "m", "pthread", "stdc++", "c10", "torch", "torch_cpu",
                   "torch_python")
-_LD = re.compile(r"-fopenmp|-pthread|-O[0-3]?|-shared|-s")
+_LD = re.compile(r"-fopenmp|-pthread|-O[0-3]?|-shared|-s|-Wl,--(?:no-)?as-needed")
 
 
 class FlagError(ValueError):
