@@ -75,7 +75,7 @@ class InlineBuilds:
             build = self.builder.build(request)
         except RequestError as exc:
             build = InlineBuild(False, None, refused=(("load_inline", str(exc)),))
-        except ToolchainError as exc:  # the judge's machine: said as such
+        except (ToolchainError, OSError) as exc:  # the judge's machine: said as such
             build = InlineBuild(False, None, refused=(
                 ("judge", f"cannot build here: {exc}"),))
         with self._lock:

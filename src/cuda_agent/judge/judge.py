@@ -144,7 +144,7 @@ class Judge:
         """Steps 3-10; where the GPU is shared (``gpu_lock``) its turn is held from the
         reference to the last comparison, the build and the workers' start-up outside it."""
         cfg = self.config
-        staging = Staging(plan, snapshot, kind, self.device,
+        staging = Staging(plan, snapshot, self.device,
                           InlineBuilds(self.builder) if kind == "file" else None)
         cached = plan.cached_baselines() if cfg.time else None
         with Ahead(self, verdict, plan, staging, workers, cached) as ahead:  # 3, 4 beside

@@ -53,7 +53,6 @@ class Staging:
 
     plan: JudgePlan
     snapshot: Path
-    kind: str
     device: str
     inline: InlineBuilds | None = None
 
