@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -21,12 +22,19 @@ from cuda_agent.execution.warm_judge import (
     WarmJudgeError,
     address,
     episode_configs,
+    run_dir,
 )
+from cuda_agent.judge import baselines as baseline_cache
+from cuda_agent.judge.measure import baseline_key
 from cuda_agent.tasks import load_task
-from cuda_agent.workspace import init_workspace
+from cuda_agent.workspace import init_workspace, read_workspace
 from tests.conftest import write_solution
 
 QUICK = {"trials": 1, "scales": [], "min_runs": 5, "time_compile": False}
+
+
+def timed_config():
+    return episode_configs("cpu", QUICK)["profile"]
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +42,7 @@ def _pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from tests.conftest import SCALE_ADD_TASK
 
     task = tmp_path_factory.mktemp("task") / "scale_add.py"
-    task.write_text(SCALE_ADD_TASK)
+    task.write_text(SCALE_ADD_TASK + f"\n# {uuid.uuid4().hex}\n")  # baselines of its own
     root = init_workspace(load_task(str(task)), tmp_path_factory.mktemp("p") / "ws", "cpu")
     write_solution(root)
     return root
@@ -78,7 +86,8 @@ def test_calls_share_one_server_that_survives_bad_clients_and_a_crashing_candida
         assert first.correct and first.reward == 1, first.reasons
         server = judge.ping()
         assert server is not None and server["judged"] == 1
-        for payload in (b"not json\n", b"[1, 2]\n", b"{" + b" " * 70_000,
+        for payload in (b"not json\n", b"[1, 2]\n", b"{" + b" " * 70_000, b'{"op": [0]}\n',
+                        b'{"op": "stop", "token": "\xc3\xa9"}\n',
                         b'{"op": "rm -rf"}\n', b'{"op": "verify", "workspace": "/"}\n',
                         b'{"op": "stop"}\n', b'{"op": "stop", "token": "guess"}\n'):
             try:
@@ -94,8 +103,17 @@ def test_calls_share_one_server_that_survives_bad_clients_and_a_crashing_candida
         write_solution(workspace)
         timed = judge.call("profile")
         assert timed.correct and timed.runtime_ms is not None
+        # what an episode's own call measured stays with its judge: no reward reads it
+        assert baseline_cache.load(baseline_key(read_workspace(workspace).task,
+                                                timed_config(), "cpu")) is None
+        for _ in range(3):  # asked and gone: not judged
+            with socket.socket(socket.AF_UNIX) as conn:
+                conn.connect(str(judge.socket))
+                conn.sendall(json.dumps({"op": "verify", "workspace": str(workspace)}
+                                        ).encode() + b"\n")
         again = judge.ping()
-        assert again is not None and again["pid"] == server["pid"] and again["judged"] == 3
+        assert again is not None and again["pid"] == server["pid"]
+        assert 3 <= again["judged"] <= 4  # at most the one already under way
     finally:
         judge.close()
     assert _gone(server["pid"]) and not judge.socket.exists()
@@ -145,6 +163,9 @@ def test_the_shell_and_the_tools_reach_the_same_judge_which_ends_with_the_episod
     assert tool.ok, tool.output
     server = box._warm.ping()
     assert server is not None and server["judged"] == 2  # one server answered both
+    seen = box.call("shell", {"command": f"ls -a {run_dir()}"}, "")
+    names = set(seen.output.split()) - {".", "..", "---", "stdout", "exit", "code", "0"}
+    assert names == {address(workspace).parent.name}, seen.output  # its own socket alone
     box.close()
     assert _gone(server["pid"])
     # the agent's shell cannot start one of its own: it is told how to get one

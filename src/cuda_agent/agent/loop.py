@@ -96,7 +96,8 @@ class _Episode:
                  count: TokenCounter):
         self.task, self.root, self.policy, self.config = task, root, policy, config
         self.recorder, self.on_event, self.count = recorder, on_event, count
-        self.toolbox = Toolbox(root, config.tools)
+        self.toolbox = Toolbox(root, config.tools, task)
+        self.device = _device(root)  # read before the agent can edit the workspace's record
         self.messages: list[Message] = []
         self.turns = self.prompt_tokens = self.completion_tokens = self.used_tokens = 0
         self.start = time.perf_counter()
@@ -184,7 +185,7 @@ class _Episode:
         from cuda_agent.workspace import read_workspace
 
         try:
-            device = read_workspace(self.root).device
+            device = self.device or read_workspace(self.root).device
             config = JudgeConfig.model_validate({"time": True, **self.config.judge,
                                                  "device": device})
             judged = Judge(config).judge(self.task, Candidate("workspace", self.root))
@@ -210,3 +211,12 @@ def initial_messages(task: Task, root: Path) -> list[Message]:
                                                      reference=task.code.strip())
     user = env.get_template("task.md.j2").render(task_name=task.name)
     return [Message(role="system", content=system), Message(role="user", content=user)]
+
+
+def _device(root: Path) -> str | None:
+    from cuda_agent.workspace import WorkspaceError, read_workspace
+
+    try:
+        return read_workspace(root).device
+    except WorkspaceError:
+        return None  # the final judgement says why

@@ -13,6 +13,7 @@ Build, verify and profile call the same builder and judge as ``cuda-agent worksp
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,11 @@ class ToolsConfig(BaseModel):
 class Toolbox:
     """The tools of one workspace; ``call`` never raises for a bad call."""
 
-    def __init__(self, root: Path, config: ToolsConfig | None = None):
+    def __init__(self, root: Path, config: ToolsConfig | None = None, task: Any = None):
+        """``task``: the episode's trusted task, which its judge uses (None: the one the
+        workspace's record names, as a user's own workspace)."""
         self.root = Path(root).resolve()
+        self.task = task
         self.config = config or ToolsConfig()
         self.files = WorkspaceFiles(self.root, self.config.max_results)
         self._specs = spec_by_name()
@@ -60,9 +64,10 @@ class Toolbox:
 
     def call(self, name: str, arguments: dict[str, Any] | None, raw: str = "") -> ToolResult:
         start = time.perf_counter()
-        if name in ("verify", "profile") or (name == "shell" and reaches_judge(
-                str((arguments or {}).get("command", "")))):
-            self._start_judge()
+        if name in ("verify", "profile"):
+            self._start_judge(wait=False)
+        elif name == "shell" and reaches_judge(str((arguments or {}).get("command", ""))):
+            self._start_judge(wait=True)  # listening before the command looks for it
         result = self._call(name, arguments, raw)
         return ToolResult(result.ok, clip(result.output, self.config.output_cap_chars),
                           result.data, time.perf_counter() - start)
@@ -177,28 +182,29 @@ class Toolbox:
         from cuda_agent.execution.warm_judge import WarmJudgeError
 
         self.workspace()  # not a workspace: the error says so
-        self._start_judge()
+        self._start_judge(wait=False)
         try:
             result = self._warm.call("profile" if timed else "verify")
         except WarmJudgeError as exc:
             raise ToolError(f"the judge could not run: {exc}") from None
         return ToolResult(result.reward >= 1, judge_summary(result), to_dict(result))
 
-    def _start_judge(self) -> None:
+    def _start_judge(self, wait: bool = False) -> None:
         """The episode's warm judge, started in the background at the first verify or profile
         call or shell command that may reach it: its workers start up while the agent works
         (docs/warm-judge.md)."""
         if self._warm is not None:
-            self._warm.ensure()
+            self._warm.ensure(wait)
             return
-        from cuda_agent.execution.warm_judge import WarmJudge
+        from cuda_agent.execution.warm_judge import WarmJudge, WarmJudgeError
 
         try:
             configs = self._configs()
         except ToolError:
             return  # not a workspace: the call itself says so
-        self._warm = WarmJudge(self.root, configs, owner=True)
-        self._warm.start(wait=False)
+        self._warm = WarmJudge(self.root, configs, owner=True, task=self.task)
+        with contextlib.suppress(WarmJudgeError):
+            self._warm.start(wait=wait)  # a call that needs it says why it did not start
 
     def close(self) -> None:
         """End the episode's judge."""

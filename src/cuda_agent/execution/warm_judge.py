@@ -75,9 +75,17 @@ def run_dir() -> Path:
 
 
 def address(root: Path) -> Path:
-    """The socket of the server for the workspace ``root`` (and this cuda-agent home)."""
+    """The socket of the server for the workspace ``root`` (and this cuda-agent home), alone
+    in a folder of its own: the agent's shell is shown that folder, no other episode's."""
     key = hashlib.sha256(f"{home_dir().resolve()}\0{Path(root).resolve()}".encode())
-    return run_dir() / f"judge-{key.hexdigest()[:16]}.sock"
+    folder = run_dir() / f"s-{key.hexdigest()[:16]}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    return folder / "judge.sock"
+
+
+def _beside(socket_path: Path, suffix: str) -> Path:
+    """The lock or log of a server: outside the folder the agent's shell is shown."""
+    return socket_path.parent.parent / f"judge-{socket_path.parent.name[2:]}{suffix}"
 
 
 def episode_configs(device: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -96,12 +104,15 @@ class WarmJudge:
 
     def __init__(self, root: Path, configs: dict[str, Any] | None = None, *,
                  device: str | None = None, owner: bool = False,
-                 config: WarmJudgeConfig | None = None, socket_path: Path | None = None):
+                 config: WarmJudgeConfig | None = None, socket_path: Path | None = None,
+                 task: Any = None):
         """``configs`` (``episode_configs``) or ``device`` (their defaults there) are what a
         server this client starts judges with; with neither it starts none."""
         self.root = Path(root).resolve()
         self.configs = configs
         self.device = device
+        self.task = task
+        """The owner's trusted task (a ``Task``); None: the server reads the workspace's."""
         self.owner = owner
         self.config = config or WarmJudgeConfig(idle_s=3600.0 if owner else 900.0)
         self.socket = Path(socket_path) if socket_path else address(self.root)
@@ -124,7 +135,8 @@ class WarmJudge:
         """The ``JudgeResult`` of a ``verify`` or ``profile`` call on the workspace."""
         from cuda_agent.execution.backend import judge_result
 
-        message = {"op": op, "workspace": str(self.root)}
+        message = {"op": op, "workspace": str(self.root),
+                   **({"token": self._token} if self.owner else {})}
         try:
             reply = self._request(message)
         except (OSError, ValueError):
@@ -150,13 +162,14 @@ class WarmJudge:
             return None
         return reply if reply and reply.get("ok") else None
 
-    def ensure(self) -> None:
-        """Start the server again in the background if the one this owner started ended
-        (an idle timeout, a crash), so the agent's shell finds it."""
-        if self._starting.locked():
+    def ensure(self, wait: bool = False) -> None:
+        """Start the server again if the one this owner started ended (an idle timeout, a
+        crash), so the agent's shell finds it; ``wait``: until it listens."""
+        if self._starting.locked() and not wait:
             return  # a start is under way
-        if self.owner and (self._proc is None or self._proc.poll() is not None):
-            self.start(wait=False)
+        if self.owner and (self._proc is None or self._proc.poll() is not None
+                           or (wait and self.ping() is None)):
+            self.start(wait=wait)
 
     def close(self) -> None:
         """End the server if this client owns it (its token stops it, no other)."""
@@ -212,10 +225,7 @@ class WarmJudge:
         if self.configs is not None or self.device is not None:
             self.start(wait=True)
             return
-        # another process starts this server, holding the lock until it listens
-        with contextlib.suppress(OSError), self._lock_file("r") as held:
-            fcntl.flock(held, fcntl.LOCK_SH)
-        if self.ping() is None:
+        if self.ping() is None:  # the episode starts it before any command that needs it
             raise WarmJudgeError(f"the episode's judge at {self.socket} is not running (it "
                                  f"ends with its episode); the agent's own verify and "
                                  f"profile tools start it again")
@@ -232,7 +242,7 @@ class WarmJudge:
             self._starting.release()
 
     def _lock_file(self, mode: str) -> Any:
-        return open(self.socket.with_suffix(".lock"), mode)
+        return open(_beside(self.socket, ".lock"), mode)
 
     def _spawn(self) -> None:
         from cuda_agent.judge import JudgeConfig
@@ -241,9 +251,11 @@ class WarmJudge:
         spec = {"workspace": str(self.root), "socket": str(self.socket),
                 "idle_s": self.config.idle_s or 10.0**9,
                 "owner_pid": os.getpid() if self.owner else None, "token": self._token,
+                "task": self.task.model_dump(mode="json") if self.task is not None else None,
+                "log": str(_beside(self.socket, ".log")),
                 "configs": {op: JudgeConfig.model_validate(c).model_dump(mode="json")
                             for op, c in configs.items()}}
-        with open(self.socket.with_suffix(".log"), "wb") as log:
+        with open(_beside(self.socket, ".log"), "wb") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "cuda_agent.execution.warm_judge_server"],
                 stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
@@ -271,7 +283,7 @@ class WarmJudge:
 
     def _log_tail(self) -> str:
         try:
-            text = self.socket.with_suffix(".log").read_text(errors="replace")
+            text = _beside(self.socket, ".log").read_text(errors="replace")
         except OSError:
             return ""
         return f"\n--- its log ---\n{text[-2000:]}" if text.strip() else ""

@@ -36,8 +36,10 @@ OPS = {"verify": False, "profile": True}
 MAX_REQUEST = 64 * 1024
 REQUEST_TIMEOUT_S = 10.0
 MAX_CLIENTS = 8
-"""Connections served at once; past them a client is told the judge is busy, so no client
-can pile up threads or judgements without bound."""
+"""Calls of clients other than the owner under way or waiting at once; past them such a
+client is told the judge is busy. The owner's calls (they carry its token) always go."""
+MAX_THREADS = 64
+"""Connections open at once, each read within ``REQUEST_TIMEOUT_S``."""
 
 
 class Server:
@@ -45,13 +47,17 @@ class Server:
 
     def __init__(self, spec: dict[str, Any]):
         from cuda_agent.judge import Judge, JudgeConfig
+        from cuda_agent.tasks.task import Task
         from cuda_agent.workspace import read_workspace
 
         self.root = Path(spec["workspace"]).resolve()
-        self.info = read_workspace(self.root)
+        # the owner's trusted task; a shell's server reads the workspace's record, which is
+        # its user's own
+        self.task = (Task.model_validate(spec["task"]) if spec.get("task")
+                     else read_workspace(self.root).task)
         self.idle_s = float(spec["idle_s"])
         self.owner = spec.get("owner_pid")
-        self.token = str(spec["token"])
+        self.token = str(spec["token"]).encode()
         self.socket = Path(spec["socket"])
         self.inode: int | None = None
         self.judges = {op: Judge(JudgeConfig.model_validate(spec["configs"][op]))
@@ -62,6 +68,7 @@ class Server:
         self._busy = 0
         self._stop = threading.Event()
         self._clients = threading.BoundedSemaphore(MAX_CLIENTS)
+        self._threads = threading.BoundedSemaphore(MAX_THREADS)
         self.judged = 0
 
     def warm(self) -> None:
@@ -77,7 +84,7 @@ class Server:
                     conn, _ = listener.accept()
                 except TimeoutError:
                     continue
-                if not self._clients.acquire(blocking=False):
+                if not self._threads.acquire(blocking=False):
                     _refuse(conn)
                     continue
                 threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
@@ -102,42 +109,55 @@ class Server:
         try:
             self._answer(conn)
         finally:
-            self._clients.release()
+            self._threads.release()
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
             try:
                 request = _read_request(conn)
-                reply = self._reply(request)
+                owner = secrets.compare_digest(
+                    str(request.get("token", "")).encode(errors="replace"), self.token)
+                if owner or request.get("op") == "ping":
+                    reply = self._reply(request, conn, owner)
+                elif not self._clients.acquire(blocking=False):
+                    reply = {"ok": False, "error": f"busy: {MAX_CLIENTS} calls are under way "
+                             "or waiting; call again"}
+                else:
+                    try:
+                        reply = self._reply(request, conn, owner)
+                    finally:
+                        self._clients.release()
             except ValueError as exc:
                 reply = {"ok": False, "error": f"bad request: {exc}"}
+            except Exception as exc:  # whatever a request holds, the server goes on
+                reply = {"ok": False, "error": f"bad request: {type(exc).__name__}"}
             try:
                 conn.settimeout(REQUEST_TIMEOUT_S)
                 conn.sendall(json.dumps(reply).encode() + b"\n")
             except OSError:
                 pass  # the client went away; the verdict is lost to it alone
 
-    def _reply(self, request: dict[str, Any]) -> dict[str, Any]:
+    def _reply(self, request: dict[str, Any], conn: socket.socket, owner: bool
+               ) -> dict[str, Any]:
         op = request.get("op")
         if op == "ping":
-            return {"ok": True, "pid": os.getpid(), "workspace": str(self.root),
-                    "judged": self.judged}
+            return {"ok": True, "pid": os.getpid(), "judged": self.judged}
         if op == "stop":
-            if not secrets.compare_digest(str(request.get("token", "")), self.token):
+            if not owner:
                 return {"ok": False, "error": "stop: only the episode that started this "
                         "judge ends it"}
             self._stop.set()
             return {"ok": True}
-        if op not in OPS:
+        if not isinstance(op, str) or op not in OPS:
             return {"ok": False, "error": f"unknown op {op!r}; ops: ping, stop, "
                     f"{', '.join(OPS)}"}
         asked = request.get("workspace")
         if not isinstance(asked, str) or Path(asked).resolve() != self.root:
             return {"ok": False, "error": f"this judge serves the workspace {self.root}, "
                     f"not {asked!r}"}
-        return self._judge(op)
+        return self._judge(op, conn)
 
-    def _judge(self, op: str) -> dict[str, Any]:
+    def _judge(self, op: str, conn: socket.socket) -> dict[str, Any]:
         from cuda_agent.judge import Candidate
         from cuda_agent.judge.judge import JudgeError
         from cuda_agent.results import to_dict
@@ -146,11 +166,13 @@ class Server:
             self._busy += 1
         try:
             with self._lock:
+                if _hung_up(conn):  # asked and gone: no one waits for this verdict
+                    return {"ok": False, "error": "the client hung up"}
                 judge = self.judges[op]
                 for other in self.judges.values():
                     judge.take_spares(other)
                 try:
-                    result = judge.judge(self.info.task, Candidate("workspace", self.root),
+                    result = judge.judge(self.task, Candidate("workspace", self.root),
                                          OPS[op])
                 except JudgeError as exc:
                     return {"ok": False, "error": str(exc), "judge_error": True}
@@ -165,12 +187,22 @@ class Server:
                 self._last = time.monotonic()
 
 
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the client closed its end (a request is whole before it is judged, so any
+    readable state now is its end of file)."""
+    try:
+        return bool(select.select([conn], [], [], 0)[0]) and not conn.recv(
+            1, socket.MSG_PEEK | socket.MSG_DONTWAIT)
+    except OSError:
+        return True
+
+
 def _refuse(conn: socket.socket) -> None:
     with conn:
         conn.settimeout(1.0)
         with contextlib.suppress(OSError):
-            conn.sendall(json.dumps({"ok": False, "error": f"busy: {MAX_CLIENTS} calls are "
-                                     "under way or waiting; call again"}).encode() + b"\n")
+            conn.sendall(json.dumps({"ok": False, "error": f"busy: {MAX_THREADS} connections "
+                                     "are open; call again"}).encode() + b"\n")
 
 
 def _read_request(conn: socket.socket) -> dict[str, Any]:
@@ -235,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         server.warm()
         print(f"judge server {os.getpid()} serving {server.root}", flush=True)
         server.serve(listener)
-        path.with_suffix(".log").unlink(missing_ok=True)  # a clean end leaves no log
+        if spec.get("log"):
+            Path(spec["log"]).unlink(missing_ok=True)  # a clean end leaves no log
     finally:
         listener.close()
         try:

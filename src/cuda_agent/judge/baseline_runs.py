@@ -61,7 +61,7 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
     base = baseline_cache.Baselines(_stats(runs["eager"], meaning, cfg),
                                     _stats(runs["compile"], meaning, cfg),
                                     ref.result.get("bandwidth_gbs"), meaning)
-    if cfg.time and cfg.cache_baselines and timed:
+    if cfg.time and cfg.cache_baselines and cfg.store_baselines and timed:
         baseline_cache.store(plan.baseline_key, base)
     return base
 

@@ -67,6 +67,10 @@ class JudgeConfig(BaseModel):
         "(from min_runs calls on). None: 0.002 on CUDA (device time is steady enough between "
         "processes that a tighter interval pays), 0.005 on CPU (wall time).")
     cache_baselines: bool = Field(True, description="Reuse cached eager/compile timings.")
+    store_baselines: bool = Field(
+        True, description="Write baselines this judge measured to the shared cache. Off for "
+        "the agent's own calls (in_episode): what they measure may overlap the agent's own "
+        "commands, so it stays with that judge (its memory) and no reward reads it.")
     baseline_processes: int | None = Field(
         None, ge=1, description="Fresh processes each baseline (eager, torch.compile) is "
         "timed in at most, pooled by timing.pooled; a kind stops adding them once two or "
@@ -168,7 +172,7 @@ class JudgeConfig(BaseModel):
         return 0.002 if device.startswith("cuda") else 0.005
 
 
-IN_EPISODE = {"candidate_processes": 1, "check_budget_s": 8.0}
+IN_EPISODE = {"candidate_processes": 1, "store_baselines": False, "check_budget_s": 8.0}
 """What the agent's own verify and profile calls (its tools, the workspace's commands, the
 MCP server's and the service's) change in a judge's settings: the candidate timed in one
 process, so that an edited kernel is built, checked and timed in about 3 s on an H100 (docs/

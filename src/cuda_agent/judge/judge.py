@@ -72,6 +72,8 @@ class Judge:
         except confine.ConfinementUnavailable as exc:
             raise JudgeError(str(exc)) from None
         self._spares: list[Worker] = []
+        self._baselines: dict[str, Any] = {}
+        """Baselines this judge measured and may not store (``store_baselines`` off)."""
         self._turn = GpuTurn(self.config.gpu_lock)
         self._finalizer = weakref.finalize(self, close_all, self._spares)
 
@@ -159,7 +161,7 @@ class Judge:
         cfg = self.config
         staging = Staging(plan, snapshot, self.device,
                           InlineBuilds(self.builder) if kind == "file" else None)
-        cached = plan.cached_baselines() if cfg.time else None
+        cached = self._cached(plan) if cfg.time else None
         with Ahead(self, verdict, plan, staging, workers, cached) as ahead:  # 3, 4 beside
             if kind == "workspace":
                 with verdict.phase("build"):
@@ -188,9 +190,11 @@ class Judge:
         cfg, (ref_worker, *cand_workers) = self.config, workers
         (ref, ref_clock), staged = ahead.join()  # 4
         if cfg.time and cached is None:
-            cached = plan.cached_baselines()  # measured meanwhile in another judge's turn
+            cached = self._cached(plan)  # measured meanwhile in another judge's turn
         with verdict.phase("baselines"):  # 5
             base = cached or time_baselines(plan, ref, ref_clock, self._worker, self._timer())
+        if cfg.time and not cfg.store_baselines:
+            self._baselines[plan.baseline_key] = base
         job = plan.job("candidate", timing=plan.candidate_timing(), profile=profile,
                        extension=verdict.build.extension_path if verdict.build else None,
                        tracer=None if verdict.build else self.builder.build_tracer())
@@ -224,6 +228,11 @@ class Judge:
                 return verdict.finish(cfg.faster_margin)
             check_timing(verdict, runs, base, ref.result.get("io_bytes"), cfg)  # 9
         return verdict.finish(cfg.faster_margin)  # 10
+
+    def _cached(self, plan: JudgePlan) -> Any:
+        if not self.config.cache_baselines:
+            return None
+        return plan.cached_baselines() or self._baselines.get(plan.baseline_key)
 
     def _failed(self, verdict: Verdict, done, worker: Worker) -> JudgeResult:
         if not done.ok:

@@ -8,6 +8,7 @@ backend is chosen. ``verify`` and ``profile`` run a judge in this process, at mo
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -82,7 +83,9 @@ class Toolbox:
     def shell(self, episode: Episode, command: str, timeout_s: float | None) -> CommandResult:
         limit = self.config.sandbox.timeout_s
         if reaches_judge(command):  # the shell's utils/verify reaches the episode's judge
-            self._warm(episode, wait=False)
+            warm = self._warm(episode, wait=True)
+            with contextlib.suppress(WarmJudgeError):
+                warm.ensure(wait=True)  # listening before the command looks for it
         socket = address(episode.root)
         sandbox_config = self.config.sandbox.model_copy(update={
             "timeout_s": min(timeout_s or limit, limit),
@@ -119,8 +122,9 @@ class Toolbox:
             configs = {op: in_episode(self.config.judge).model_copy(update={
                 "device": episode.device, "time": op == "profile", "keep_warm": True})
                 for op in ("verify", "profile")}
-            episode.warm = WarmJudge(episode.root, configs, owner=True)
-            episode.warm.start(wait=wait)
+            episode.warm = WarmJudge(episode.root, configs, owner=True, task=episode.task)
+            with contextlib.suppress(WarmJudgeError):
+                episode.warm.start(wait=wait)  # a call that needs it says why not
         return episode.warm
 
     def judge(self, episode: Episode) -> Judgement:

@@ -206,7 +206,7 @@ class AgentEpisode:
         except BaseException:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise
-        self.toolbox = Toolbox(self.root, self.settings.tools)
+        self.toolbox = Toolbox(self.root, self.settings.tools, self.task)
         self.messages = initial_messages(self.task, self.root)
         return self
 
