@@ -28,7 +28,7 @@ from tests.judge.adversarial.helpers import (
     write_task,
 )
 
-# A child that spends CPU on a thread that then exits, says so, and waits to be read.
+# A child that, once told, spends CPU on a thread that then exits, says so, and waits.
 BURNER = textwrap.dedent('''
     import sys, threading, time
 
@@ -37,6 +37,7 @@ BURNER = textwrap.dedent('''
         while time.thread_time() < until:
             pass
 
+    sys.stdin.readline()
     thread = threading.Thread(target=burn, args=(0.3,))
     thread.start()
     thread.join()
@@ -45,18 +46,15 @@ BURNER = textwrap.dedent('''
 ''')
 
 
-def _child(env: dict[str, str] | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", BURNER], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
-
-
 def test_a_process_cpu_time_counts_its_exited_threads_apart_from_the_main_thread():
-    child = _child()
+    child = subprocess.Popen([sys.executable, "-c", BURNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    cpu = open_process(child.pid)
     try:
-        cpu = open_process(child.pid)
         assert cpu is not None
         before = cpu.read()
+        child.stdin.write("go\n")
+        child.stdin.flush()
         assert child.stdout.readline().strip() == "burnt"
         after = cpu.read()
         others = (after.process_ns - after.main_ns) - (before.process_ns - before.main_ns)
@@ -65,6 +63,8 @@ def test_a_process_cpu_time_counts_its_exited_threads_apart_from_the_main_thread
     finally:
         child.kill()
         child.wait()
+        if cpu is not None:
+            cpu.close()
     assert open_process(child.pid) is None  # gone: nothing to read
 
 
@@ -193,7 +193,7 @@ def _protocol_run(where: str) -> JudgeClock:
 
 
 @pytest.mark.parametrize("where", ["before-go", "after-done"])
-def test_cpu_a_thread_spends_beside_the_workers_own_steps_is_charged(where: str):
+def test_the_cpu_a_thread_spends_beside_the_workers_own_steps_is_charged(where: str):
     clock = _protocol_run(where)
     assert clock.threads == 1 and clock.cpu_bound >= 6
     assert clock.median_ms >= 0.8 * SPIN_MS, clock
@@ -246,7 +246,7 @@ WHERE = {
 @pytest.mark.slow
 @pytest.mark.serial
 @pytest.mark.parametrize("where", list(WHERE))
-def test_cpu_a_hidden_thread_spends_outside_the_window_is_charged(
+def test_the_cpu_a_hidden_thread_spends_outside_the_window_is_charged(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # a budget of one thread
     header, forward = WHERE[where]
