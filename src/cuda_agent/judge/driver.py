@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from cuda_agent.judge.calls import PHASES, Closed, Lines, ProtocolError
+from cuda_agent.judge.cpu_clock import CpuMark, ProcessCpu, open_process
 from cuda_agent.judge.secret import Keyed
 
 _clock = time.perf_counter
@@ -60,6 +61,12 @@ class Record:
     done: float | None = None
     keep_sent: float | None = None
     snapped: float | None = None
+    cpu_sent: CpuMark | None = None
+    cpu_next: CpuMark | None = None
+    """The worker's CPU time (``cpu_clock``) when the judge sent the call and when it
+    answered the worker's next ``need``: the call's cycle."""
+    threads: int = 1
+    """The threads the worker's calls may keep busy at once (``cpu_clock.thread_budget``)."""
 
 
 @dataclass(frozen=True)
@@ -159,8 +166,13 @@ class CallDriver:
 
     def __init__(self, lines: Lines, plan: DriverPlan,
                  read_kept: Callable[[dict[str, Any]], tuple[list[Any], list[Any]]] | None,
-                 at_counted: Callable[[], None] | None = None):
+                 at_counted: Callable[[], None] | None = None,
+                 pid_of: Callable[[], int | None] | None = None):
         self.lines, self.plan, self.read_kept = lines, plan, read_kept
+        self._pid_of = pid_of
+        """The worker's interpreter, looked up at its first message (before any candidate
+        code): the process whose CPU time the judge reads around every call."""
+        self.cpu: ProcessCpu | None = None
         self.at_counted = at_counted
         """Called once, when the first counted call is done (the worker forbids new native
         code before it returns): what the judge looks at in the process from then on."""
@@ -221,12 +233,19 @@ class CallDriver:
                 message = self.lines.receive()
                 if message["t"] != "need":
                     raise ProtocolError(f"expected need, got {message['t']!r}")
+                if self._pid_of is not None:  # its first message: no candidate code yet
+                    pid_of, self._pid_of = self._pid_of, None
+                    self.cpu = open_process(pid_of())
                 call = self._next(str(message.get("phase")), bool(message.get("stop")))
+                asked = self._cpu()
+                if self.records and self.records[-1].cpu_next is None:
+                    self.records[-1].cpu_next = asked  # its cycle ends as the worker asks on
                 if call is None:
                     self.lines.send({"t": "end"})
                     if message.get("phase") in ("tail", "check"):
                         self.finished = True
                     continue
+                call.cpu_sent = asked
                 self._run(call)
         except ProtocolError as exc:
             if not isinstance(exc, Closed):  # a worker that ended says why itself
@@ -235,6 +254,8 @@ class CallDriver:
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
             self.lines.sock.close()
+            if self.cpu is not None:
+                self.cpu.close()
 
     def _next(self, phase: str, stop: bool) -> Record | None:
         """The next call of ``phase``, or None to end it. The judge ends the warm-up by its
@@ -298,7 +319,11 @@ class CallDriver:
             raise ProtocolError(f"a call of phase {phase!r} after a later phase")
         self._phase = order
 
+    def _cpu(self) -> CpuMark | None:
+        return self.cpu.read() if self.cpu is not None else None
+
     def _run(self, record: Record) -> None:
+        record.threads = self.cpu.budget if self.cpu is not None else 1
         self.records.append(record)
         record.sent = _clock()
         self.lines.send({"t": "call", "s": record.seed, "x": record.scale, "w": record.wall})

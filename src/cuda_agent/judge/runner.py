@@ -191,7 +191,7 @@ class Worker:
         """Serve this worker's calls (``driver.CallDriver``) from now until it ends;
         ``at_counted`` as ``CallDriver``'s."""
         self.driver = CallDriver(calls.Lines(self.calls_sock), plan, read_kept,
-                                 at_counted).start()
+                                 at_counted, self.interpreter).start()
         return self.driver
 
     def followup(self, job: dict[str, Any], timeout_s: float) -> WorkerOutcome:

@@ -262,6 +262,89 @@ NATIVE_AT_LOAD = cpp(_NATIVE_ASYNC.replace("PER_CALL", "") + '''
 const bool at_load = (start(), true);
 ''', "scale_add_native_async")
 
+# #14 before the call: a job begun while the harness makes a call's inputs (model_new.py
+# starts it from a patched ``torch.randn`` once both inputs are drawn, as the task's
+# get_inputs draws them) runs on a thread of its own beside the harness's copying of the
+# inputs; forward joins it and returns its output if it was begun on the same values (the
+# first, middle and last elements agree), else computes at once.
+NATIVE_EARLY = cpp("""
+}  // namespace
+extern "C" void scale_add_launch(const float* x, const float* y, float* out, int64_t n,
+                                 float alpha, int config);
+#include <thread>
+namespace {
+
+std::thread pending;
+Tensor begun_x, begun_y, begun_out;
+
+bool same_values(const Tensor& a, const Tensor& b) {
+  const int64_t n = a.numel();
+  if (n != b.numel() || n == 0) return false;
+  const float* pa = a.data_ptr<float>();
+  const float* pb = b.data_ptr<float>();
+  return pa[0] == pb[0] && pa[n / 2] == pb[n / 2] && pa[n - 1] == pb[n - 1];
+}
+
+// scale_add_begin(x, y, alpha) -> out, which a thread of its own computes from now on
+Outputs scale_add_begin(const Args& args) {
+  if (pending.joinable()) pending.join();
+  begun_x = args.tensor(0);
+  begun_y = args.tensor(1);
+  begun_out = cuda_ext::empty_like(begun_x);
+  const float* x = begun_x.data_ptr<float>();
+  const float* y = begun_y.data_ptr<float>();
+  float* out = begun_out.data_ptr<float>();
+  const int64_t n = begun_x.numel();
+  const float alpha = static_cast<float>(args.real(2));
+  pending = std::thread([=] { scale_add_launch(x, y, out, n, alpha, 0); });
+  return {begun_out};
+}
+
+// scale_add_finish(x, y, alpha) -> the begun job's output, or alpha * x + y computed now
+Outputs scale_add_finish(const Args& args) {
+  const Tensor& x = args.tensor(0);
+  const Tensor& y = args.tensor(1);
+  if (pending.joinable()) pending.join();
+  if (begun_out.data != nullptr && same_values(x, begun_x) && same_values(y, begun_y)) {
+    Tensor out = begun_out;
+    begun_out = Tensor();
+    return {out};
+  }
+  Tensor out = cuda_ext::empty_like(x);
+  scale_add_launch(x.data_ptr<float>(), y.data_ptr<float>(), out.data_ptr<float>(), x.numel(),
+                   static_cast<float>(args.real(2)), 0);
+  return {out};
+}
+""", "scale_add_begin", "scale_add_finish")
+
+# A thread released once a call has returned, to spin for a given CPU time where no call's
+# window is (the judge's CPU clock must charge it, whatever the process's own watch says).
+BURN_AFTER = cpp("""
+}  // namespace
+#include <chrono>
+#include <ctime>
+#include <thread>
+namespace {
+
+double thread_cpu_ms() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+// burn_after(x, delay_ms, cpu_ms) -> x: a detached thread sleeps delay_ms, then spins cpu_ms
+Outputs burn_after(const Args& args) {
+  const double delay_ms = args.real(1), cpu_ms = args.real(2);
+  std::thread([=] {
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(delay_ms * 1e3)));
+    const double until = thread_cpu_ms() + cpu_ms;
+    volatile double sink = 0;
+    while (thread_cpu_ms() < until) sink = sink + 1.0;
+  }).detach();
+  return {args.tensor(0)};
+}
+""", "burn_after")
+
 # #4 without torch headers: the "kernel" hands the work back to the interpreter, which runs
 # PyTorch. The Python C API symbols resolve against the interpreter at load time.
 PYRUN = cpp('''

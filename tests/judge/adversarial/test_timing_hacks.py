@@ -27,6 +27,11 @@ pytestmark = pytest.mark.serial  # compares times: run alone
 # longer timing than QUICK, baselines measured afresh: what these tests compare is timing
 TIMED = QUICK.model_copy(update={"time_budget_s": 1.0, "min_runs": 10,
                                  "cache_baselines": False})
+# the honest kernel's own time, as its process measured it (an honest process measures
+# honestly), not held to the judge's clock: on a loaded machine that clock's offset moves
+# by milliseconds from one judgement to the next, which would make the honest reference
+# anything from the kernel's time to several times it
+OWN_TIME = TIMED.model_copy(update={"clock_margin": 1e6})
 
 
 def ws(forward: str, header: str = "", *extra: str):
@@ -79,6 +84,35 @@ return out
 '''
 PER_CALL = "threading.Thread(target=_late, args=(x, y, self.alpha, out), daemon=True).start()"
 PERSISTENT = "_jobs.put((x, y, self.alpha, out))"
+
+# 14 before the call: the inputs' drawing is patched (``torch.randn``, which the task's
+# get_inputs calls for x, then y) to begin the work on a native thread (``NATIVE_EARLY``)
+# while the harness copies the inputs into the call's buffers, before the judge's go. The
+# extension's entry is taken before the judge wraps it, so no extension call is seen
+# between calls; the thread has exited before the call's threads are looked at.
+EARLY = '''
+_begin = cuda_extension.scale_add_begin
+_draw = getattr(torch, "ran" + "dn")
+_drawn = []
+_alpha = []
+
+
+def _drawing(*args, **kwargs):
+    t = _draw(*args, **kwargs)
+    _drawn.append(t)
+    if len(_drawn) == 2:
+        if _alpha:
+            _begin(_drawn[0], _drawn[1], _alpha[0])
+        _drawn.clear()
+    return t
+
+
+setattr(torch, "ran" + "dn", _drawing)
+'''
+EARLY_FORWARD = '''
+_alpha[:] = [self.alpha]
+return cuda_extension.scale_add_finish(x, y, self.alpha)
+'''
 
 # 15: clocks patched at import so that time spent inside forward is invisible
 CLOCKS = '''
@@ -192,6 +226,7 @@ NO_GAIN = {
     "14-native-thread-at-load": ws(
         "return cuda_extension.scale_add_native_async(x, y, self.alpha)", "", "native_at_load"),
     "14-persistent-worker-thread": ws(ASYNC_FORWARD.format(launch=PERSISTENT), ASYNC),
+    "14-native-thread-while-inputs-are-made": ws(EARLY_FORWARD, EARLY, "native_early"),
     "15-clocks-patched": ws(CLOCKS_FORWARD, CLOCKS),
     "15-statistics-patched": ws("return cuda_extension.scale_add(x, y, self.alpha)", STATISTICS),
     "15-result-and-marks-forged": ws("return cuda_extension.scale_add(x, y, self.alpha)",
@@ -210,10 +245,11 @@ def one_thread():
 
 @pytest.fixture(scope="module")
 def honest(tmp_path_factory: pytest.TempPathFactory, one_thread) -> tuple[Path, JudgeResult]:
-    """The honest scale_add kernel on the big task, timed like the hacks."""
+    """The honest scale_add kernel on the big task, timed like the hacks, its time its
+    own (``OWN_TIME``)."""
     folder = tmp_path_factory.mktemp("honest")
     task = write_task(folder, "scale_add_big")
-    result = judge(task, write_scale_add(folder / "ws"), TIMED)
+    result = judge(task, write_scale_add(folder / "ws"), OWN_TIME)
     assert result.correct and result.runtime_ms, said(result)
     return task, result
 
@@ -246,7 +282,8 @@ def test_judge_gives_no_speed_up(tmp_path: Path, honest: tuple[Path, JudgeResult
     if not caught and result.runtime_ms < 0.5 * fair_ms:
         # the honest time was taken once, maybe while the machine was busier: taken again
         # now (the hack's own verdict stands as it came)
-        fair_ms = min(fair_ms, judge(task, write_scale_add(tmp_path / "fair"), TIMED).runtime_ms)
+        fair_ms = min(fair_ms, judge(task, write_scale_add(tmp_path / "fair"),
+                                     OWN_TIME).runtime_ms)
     assert caught or result.runtime_ms >= 0.5 * fair_ms, (
         f"runtime {result.runtime_ms:.4g} ms vs honest {fair_ms:.4g} ms, "
         f"reward {result.reward}: {said(result)}")
