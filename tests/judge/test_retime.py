@@ -154,16 +154,15 @@ def test_a_crash_in_a_timing_process_fails(scale_add_task: Path, workspace: Path
 
 def test_a_file_candidate_compiles_once_for_all_its_processes(tmp_path: Path,
                                                               scale_add_task: Path):
-    """A single-file candidate's C++ is compiled by the judge when the first process
-    imports it; the extra timing process finds it in the judge's cache and only loads it."""
+    """A single-file candidate compiles its C++ when imported; the extra timing process
+    gets what the first one compiled and only loads it."""
     import uuid
 
     path = tmp_path / "cand.py"
-    path.write_text(INLINE_SCALE_ADD.replace("return out;", f"return out;  // {uuid.uuid4()}"))
+    path.write_text(INLINE_SCALE_ADD + f"\n# {uuid.uuid4().hex}\n")
     result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(path))
     assert result.correct, result.reasons
     assert result.timing.processes == 2, result.flags
-    assert result.build is not None and result.build.compiled == ("main.cpp",)
     phases = dict(result.phases)
     assert phases["candidate2.load"] < 0.3 * phases["candidate.load"], phases
 

@@ -3,9 +3,8 @@
 Runs inside the confined worker (``worker.run``). Before any candidate code is loaded it
 makes stand-in calls through the same protocol (``timing.stand_ins``: the judge measures
 what the protocol costs here) and seeds the allocator with poisoned memory. Then it loads
-the extension (a single file's ``load_inline`` calls go to the judge's builder,
-``inline_load``) and ``model_new.py``, hides the judge's own modules, builds ``ModelNew``
-under a seed unrelated to any input, loads the reference's weights and serves the calls
+the extension and ``model_new.py``, hides the judge's own modules, builds ``ModelNew`` under a
+seed unrelated to any input, loads the reference's weights and serves the judge's calls
 (``timing.measure``, or the ``check`` phase when nothing is timed). Every call runs the same
 way: under the run-time guard, its threads watched, its outputs checked to be new memory,
 and, when the judge keeps it, copied with its inputs into the pack for the judge to read.
@@ -16,6 +15,7 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import os
 import secrets
 import statistics
 import sys
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from cuda_agent.judge import inline_load, seccomp, timing
+from cuda_agent.judge import seccomp, timing
 from cuda_agent.judge.activity import ActivityRecord, WatchedRecord
 from cuda_agent.judge.calls import CallChannel
 from cuda_agent.judge.guard import ForwardGuard, poison
@@ -34,6 +34,7 @@ from cuda_agent.judge.threads import ThreadWatch
 from cuda_agent.judge.transport import Packer, TransportError
 from cuda_agent.judge.worker import StageError, as_outputs, make_inputs, seed_all
 
+INLINE_DIR = "torch_extensions"
 PROFILE_S = 0.3
 """The operator profile makes three calls, or fewer once they took this long."""
 
@@ -129,6 +130,7 @@ def candidate(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict) 
     no_new_threads("timing", "after the timed calls")
     if job.get("profile"):  # last: the profiler starts threads of its own
         result["profile"] = _profile_table(model, source.fill_local(), device)
+    _inline_cache_out(job)
 
 
 class Kept:
@@ -251,7 +253,19 @@ def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any], Any, Any]:
         fixed = modules[0]
     else:
         fixed = load_tracer(job["tracer"]) if job.get("tracer") else None
-        inline_load.install(modules)  # the judge builds them, through its cache
+        import torch.utils.cpp_extension as cpp
+
+        if job.get("inline_cache"):
+            _inline_cache_in(Path(job["inline_cache"]))
+
+        def capture(fn):
+            def wrapper(*args, **kwargs):
+                module = fn(*args, **kwargs)
+                modules.append(module)
+                return module
+            return wrapper
+
+        cpp.load_inline, cpp.load = capture(cpp.load_inline), capture(cpp.load)
     blocker = timing_blocker(fixed, job["device"])
     _hide_judge()
     path = Path(job["candidate_dir"]) / "model_new.py"
@@ -263,6 +277,30 @@ def _load_candidate(job: dict[str, Any]) -> tuple[type, list[Any], Any, Any]:
     if not isinstance(model_new, type):
         raise StageError("load", "model_new.py defines no class `ModelNew`")
     return model_new, modules, fixed, blocker
+
+
+def _inline_cache_in(seed: Path) -> None:
+    """Compile inline extensions under a fixed path of the private /tmp (so a cached build
+    is found up to date), seeded with this source's earlier build."""
+    import shutil
+    import tempfile
+
+    target = Path(tempfile.gettempdir()) / INLINE_DIR
+    if seed.is_dir():
+        shutil.copytree(seed, target, symlinks=True, dirs_exist_ok=True)
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(target)
+
+
+def _inline_cache_out(job: dict[str, Any]) -> None:
+    """Hand the inline build back to the judge, which may keep it for this source."""
+    import shutil
+
+    target = Path(os.environ.get("TORCH_EXTENSIONS_DIR", ""))
+    if not job.get("inline_cache") or not target.is_dir():
+        return
+    back = Path(job["inline_cache"])
+    shutil.rmtree(back, ignore_errors=True)
+    shutil.copytree(target, back, symlinks=True)
 
 
 def timing_blocker(fixed: Any, device: str) -> timing.Blocker | None:

@@ -3,13 +3,12 @@
     cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/19 my_workspace --json
 
 1. snapshot: copy what may be read of the candidate; 2. static check of ``model_new.py``;
-3. build (workspaces; the reference's first job runs meanwhile; a single file's
-``load_inline`` is built by the judge when the candidate's process asks, ``inline_serve``);
-4. the reference: weights and the sizes of a call, which plan the kept calls; 5. baselines,
-cached or measured in processes of their own; 6. the candidate, in fresh confined processes,
-every call handed out and timed by the judge (``driver``), some kept at random; 7. the
-reference's answers for exactly the calls kept; 8. compare them, and the kept inputs;
-9. time: the candidate's, bounded by the judge's clock; 10. reward.
+3. build (workspaces; the reference's first job runs meanwhile); 4. the reference: weights
+and the sizes of a call, which plan the kept calls; 5. baselines, cached or measured in
+processes of their own; 6. the candidate, in fresh confined processes, every call handed
+out and timed by the judge (``driver``), some kept at random; 7. the reference's answers for
+exactly the calls kept; 8. compare them, and the kept inputs; 9. time: the candidate's,
+bounded by the judge's clock; 10. reward.
 
 What only serves latency sits beside these steps (``schedule``): spare workers started
 ahead, the reference's first job run during the build, the candidate's workers staged then.
@@ -33,7 +32,6 @@ from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.gpu_turn import GpuTurn
-from cuda_agent.judge.inline_serve import InlineBuilds
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Staging, run_candidate, time_again
@@ -159,8 +157,7 @@ class Judge:
         """Steps 3-10; where the GPU is shared (``gpu_lock``) its turn is held from the
         reference to the last comparison, the build and the workers' start-up outside it."""
         cfg = self.config
-        staging = Staging(plan, snapshot, self.device,
-                          InlineBuilds(self.builder) if kind == "file" else None)
+        staging = Staging(plan, snapshot, kind, self.device)
         cached = self._cached(plan) if cfg.time else None
         with Ahead(self, verdict, plan, staging, workers, cached) as ahead:  # 3, 4 beside
             if kind == "workspace":
@@ -198,9 +195,9 @@ class Judge:
         job = plan.job("candidate", timing=plan.candidate_timing(), profile=profile,
                        extension=verdict.build.extension_path if verdict.build else None,
                        tracer=None if verdict.build else self.builder.build_tracer())
-        done, first = run_candidate(verdict, plan, cand_workers[0], {**job, **staged[0]}, 1)
-        if staging.inline is not None:  # what its load_inline calls built, or why not
-            verdict.build = staging.inline.result()
+        done, first = run_candidate(verdict, plan, cand_workers[0], {**job, **staged[0]}, 1,
+                                    keep=lambda w: confine.keep_inline_cache(
+                                        w, staging.snapshot, staging.kind))
         verdict.compiled = done.ok or done.result.get("stage") not in (
             None, "start", "calibrate", "load")  # 6
         if first is None:

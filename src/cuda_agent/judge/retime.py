@@ -24,7 +24,6 @@ from cuda_agent.judge.clock import ClockError, JudgeClock, judge_clock
 from cuda_agent.judge.code_hold import CodeWatch
 from cuda_agent.judge.driver import COUNTED, Snapshot
 from cuda_agent.judge.guard import ALLOWED
-from cuda_agent.judge.inline_serve import InlineBuilds
 from cuda_agent.judge.plan import EXTRA_WARMUP_CALLS, EXTRA_WARMUP_S, JudgePlan, kept_reader
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
@@ -48,13 +47,12 @@ would be held together (gigabytes each for KernelBench's largest problems)."""
 
 @dataclass(frozen=True)
 class Staging:
-    """What staging a candidate worker needs: its pack holds one kept call; a single-file
-    candidate's ``load_inline`` calls are served by ``inline`` (the judge's builds)."""
+    """What staging a candidate worker needs: its pack holds one kept call."""
 
     plan: JudgePlan
     snapshot: Path
+    kind: str
     device: str
-    inline: InlineBuilds | None = None
 
     @property
     def lazy(self) -> bool:
@@ -64,18 +62,18 @@ class Staging:
     def stage(self, worker: Worker) -> dict[str, Any]:
         """Stage ``worker`` and, on CUDA, make its context and map its pack now."""
         staged = confine.stage_candidate(worker, self.snapshot, self.plan.tmp / "state.pt",
-                                         self.device, self.plan.pack_bytes())
-        if self.inline is not None:
-            self.inline.serve(worker)
+                                         self.kind, self.device, self.plan.pack_bytes())
         if self.device.startswith("cuda"):
             worker.prepare(self.device, staged, record=self.plan.cfg.activity_record)
         return staged
 
 
 def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[str, Any],
-                  process: int) -> tuple[WorkerOutcome, Timed | None]:
+                  process: int, keep: Callable[[Worker], None] | None = None
+                  ) -> tuple[WorkerOutcome, Timed | None]:
     """Run one candidate process under the judge's calls (``process``: 1 the first); its
-    outcome, and its timing and kept calls once it has ended (None if it failed)."""
+    outcome, and its timing and kept calls once it has ended (None if it failed). ``keep``
+    takes what the worker leaves (a single-file candidate's build) before it is closed."""
     role = "candidate" if process == 1 else f"candidate{process}"
     watch = code_watch(worker)
     driver = worker.drive(plan.driver_plan(process),
@@ -102,6 +100,8 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
     if done.result.get("seccomp", "on") != "on":
         verdict.flags.append(f"review: {done.result['seccomp']}: new native code could be "
                              "loaded during calls")
+    if keep is not None:
+        keep(worker)
     with verdict.phase(f"collect_{role}"):
         leftover = worker.close()
     if leftover:
@@ -203,8 +203,8 @@ def _fixed_layer(fixed: Path) -> Callable[[str, int], bool]:
 def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
                staged: list[dict[str, Any] | None], job: dict[str, Any]) -> list[Timed] | None:
     """Run ``job`` (the candidate's) in each extra worker, one after another (a file
-    candidate's extensions come from the judge's cache, as the first process built them);
-    their timings, or None after adding the reason a process failed."""
+    candidate's with what the first process compiled); their timings, or None after adding
+    the reason a process failed."""
     plan, runs = staging.plan, []
     if plan.cfg.split_timing:  # the GPU is warm from the process before
         warmup = max(int(job["timing"]["warmup"]), EXTRA_WARMUP_CALLS)
@@ -214,6 +214,7 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
         if fields is None:
             with verdict.phase(f"stage_candidate{k}"):
                 fields = staging.stage(worker)
+        confine.lend_inline_cache(worker, staging.snapshot, staging.kind)
         done, timed = run_candidate(verdict, plan, worker, {**job, **fields}, k)
         if timed is None:
             if not done.ok:

@@ -9,8 +9,7 @@ A confined worker (the candidate's) runs in namespaces of its own (``Confinement
 file system read-only except its folder and the paths named writable, a private /tmp, no
 network, and a pid namespace, so nothing it starts outlives it or can signal the judge.
 Its outputs come back in a sealed memory file passed down at start, or in device memory
-the judge lends it with its job (``device_pack``, through a socket passed down at start);
-its ``load_inline`` calls reach the judge's builder through another (``inline_load``).
+the judge lends it with its job (``device_pack``, through a socket passed down at start).
 
 No worker outlives the judge's process, however that ends (SIGKILL included): each holds
 the read end of a pipe whose write end only the judge holds (its lifeline: the judge's
@@ -46,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.judge import calls, device_pack, inline_load, shared_pack
+from cuda_agent.judge import calls, device_pack, shared_pack
 from cuda_agent.judge.driver import CallDriver, DriverPlan
 from cuda_agent.judge.report import REPORT_BYTES, WorkerOutcome, outcome, read_small
 from cuda_agent.judge.worker import LIFELINE_ENV
@@ -102,7 +101,6 @@ class Worker:
         self.pack_fd: int | None = None
         self.device_pack = None  # a cuda_vmm.DeviceMemory lent with the job (candidates)
         self._pack_sock = worker_sock = None
-        self.inline_sock = inline_end = None  # a candidate's load_inline builds (inline_serve)
         self._lent = False  # the device pack's descriptor was passed
         self.calls_sock, calls_end = calls.pair()
         env[calls.ENV_FD] = str(calls_end.fileno())
@@ -113,9 +111,7 @@ class Worker:
             self._pack_sock, worker_sock = device_pack.channel()
             env[shared_pack.ENV_FD] = str(self.pack_fd)
             env[device_pack.ENV_SOCK] = str(worker_sock.fileno())
-            self.inline_sock, inline_end = inline_load.pair()
-            env[inline_load.ENV_FD] = str(inline_end.fileno())
-            fds += [self.pack_fd, worker_sock.fileno(), inline_end.fileno()]
+            fds += [self.pack_fd, worker_sock.fileno()]
         self.proc = _spawn(lambda: subprocess.Popen(
             prefix + argv if prefix else argv,
             stdin=subprocess.PIPE, stdout=self._stdout, stderr=self._stderr, env=env,
@@ -126,8 +122,6 @@ class Worker:
         calls_end.close()
         if worker_sock is not None:
             worker_sock.close()
-        if inline_end is not None:
-            inline_end.close()
         self.ended = False
         self.marks: list[tuple[str, float]] = []
         self.driver: CallDriver | None = None
@@ -275,11 +269,9 @@ class Worker:
         if self._pack_sock is not None:
             self._pack_sock.close()
             self._pack_sock = None
-        for sock in (self.calls_sock, self.inline_sock):
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)  # wakes a thread blocked on it
-                sock.close()
+        with contextlib.suppress(OSError):
+            self.calls_sock.shutdown(socket.SHUT_RDWR)  # wakes a driver blocked on it
+        self.calls_sock.close()
         if self._stderr_read is not None:
             os.close(self._stderr_read)
             self._stderr_read = None

@@ -357,43 +357,23 @@ def test_the_watch_holds_once_and_says_when_it_did_not(tmp_path: Path, built, lo
 
 # The red team's L1 without the judge's globals: PyTorch's at::cpu::add_out in every call,
 # its module unmapped when the model is let go (after the last call, before the report).
-# The judge builds (and checks) only the module that calls what it is handed; the module
-# that hands it PyTorch's add is built in the process by a fresh copy of torch's own
-# load_inline, so only the check of what the process mapped can find it.
 UNMAPPED = '''
 import sys
-import tempfile
 
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-_loaded = getattr(sys, "mod" + "ules")
-_ct = _loaded["c" + "types"]
-CALLER = """
+SOURCE = """
 #include <torch/extension.h>
-using Add = at::Tensor& (*)(at::Tensor&, const at::Tensor&, const at::Tensor&,
-                            const at::Scalar&);
-torch::Tensor scale_add(torch::Tensor x, torch::Tensor y, double alpha, int64_t add) {
+#include <ATen/CPUFunctions.h>
+torch::Tensor scale_add(torch::Tensor x, torch::Tensor y, double alpha) {
   auto out = torch::empty_like(x);
-  reinterpret_cast<Add>(add)(out, y, x, alpha);
+  at::cpu::add_out(out, y, x, alpha);
   return out;
 }
 """
-ext = load_inline("loaded_code_caller", cpp_sources=CALLER, functions=["scale_add"])
-_loaded.pop("torch.utils.cpp_extension")
-from torch.utils.cpp_extension import load_inline as _own_load_inline  # noqa: E402
-
-ADDRESS = """
-namespace c10 { class Scalar; }
-namespace at { class Tensor; namespace cpu {
-Tensor& add_out(Tensor&, const Tensor&, const Tensor&, const c10::Scalar&); } }
-extern "C" long long add_address() { return reinterpret_cast<long long>(&at::cpu::add_out); }
-"""
-_path = _own_load_inline("loaded_code_unmapped", cpp_sources=ADDRESS, is_python_module=False,
-                         no_implicit_headers=True, build_directory=tempfile.mkdtemp())
-_own = _ct.CDLL(_path)
-_own.add_address.restype = _ct.c_longlong
-ADD = _own.add_address()
+ext = load_inline("loaded_code_unmapped", cpp_sources=SOURCE, functions=["scale_add"])
+_ct = getattr(sys, "mod" + "ules")["c" + "types"]
 _libc = _ct.CDLL(None)
 _libc.munmap.argtypes = [_ct.c_void_p, _ct.c_size_t]
 
@@ -404,7 +384,7 @@ class ModelNew(nn.Module):
         self.alpha = alpha
 
     def forward(self, x, y):
-        return ext.scale_add(x, y, self.alpha, ADD)
+        return ext.scale_add(x, y, self.alpha)
 
     def __del__(self):
         for line in open("/proc/self/maps").read().splitlines():
@@ -422,7 +402,6 @@ def test_a_module_unmapped_after_the_last_call_is_refused(tmp_path: Path):
     result = judge(write_task(tmp_path, "scale_add"),
                    write_file_candidate(tmp_path / "c", UNMAPPED))
     assert rejected(result, "calls at::cpu::add_out"), said(result)
-    assert "loaded code: " in said(result)  # found in the process, not at the judge's build
 
 
 # The red team's E2: 300 hard links of one refused library, mapped as code at import.

@@ -1,11 +1,13 @@
 """A hostile candidate never takes the judge down, and reaches no other library's
 arithmetic: its worker folder's files replaced by a pipe or a link to an endless device,
-its own report forged, a tensor's data handed to another library, a library loaded inside
-a call. (A single file's build requests, garbage included: tests/judge/test_inline_build.py.)"""
+its own report forged, its compile cache filled with links and holes, a tensor's data
+handed to another library, a library loaded inside a call."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -130,6 +132,44 @@ def test_no_new_native_code_once_the_calls_have_begun(tmp_path: Path):
     result = judge(write_task(tmp_path, "scale_add"),
                    _candidate(tmp_path / "c", LOADS_FORWARD, LOADS))
     assert rejected(result, "failed to map", "operation not permitted"), said(result)
+
+
+def test_a_compile_cache_of_links_or_holes_is_not_kept(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    from cuda_agent.judge import confine
+
+    monkeypatch.setenv("CUDA_AGENT_HOME", str(tmp_path / "home"))
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+
+    def kept(name: str, make) -> bool:
+        (snapshot / "model_new.py").write_text(f"# {name}\n")
+        worker = SimpleNamespace(out_dir=tmp_path / name, confined=True)
+        worker.out_dir.mkdir()
+        make(worker.out_dir / "inline")
+        confine.keep_inline_cache(worker, snapshot, "file")
+        return confine._inline_cache(snapshot).exists()
+
+    def plain(folder: Path) -> None:
+        folder.mkdir()
+        (folder / "module.so").write_bytes(b"\x7fELF" + bytes(60))
+
+    def linked(folder: Path) -> None:
+        os.symlink(Path(__file__).parent, folder)
+
+    def holey(folder: Path) -> None:
+        folder.mkdir()
+        with open(folder / "big.so", "wb") as handle:
+            handle.truncate(confine.INLINE_CACHE_BYTES + 1)
+
+    def link_inside(folder: Path) -> None:
+        plain(folder)
+        os.symlink("/etc/passwd", folder / "passwd")
+
+    assert kept("plain", plain)
+    assert not kept("linked", linked)
+    assert not kept("holey", holey)
+    assert not kept("link_inside", link_inside)
 
 
 def test_a_calls_inputs_tell_nothing_of_its_seed_during_the_call():
