@@ -160,6 +160,9 @@ class WorkspaceTools:
         """Verify and profile through the workspace's warm judge (docs/warm-judge.md), which
         ends with this process; ``judge`` in a judge of its own, as the final verdict."""
         if final:
+            if self._warm is not None:  # nothing the agent started runs beside the verdict
+                self._warm.close()
+                self._warm = None
             with self._lock:
                 return Judge(self.judge_config(time, final)).judge(
                     self.info.task, Candidate("workspace", self.root), profile)

@@ -130,6 +130,9 @@ class Toolbox:
     def judge(self, episode: Episode) -> Judgement:
         """Queue the workspace for the judge, wait for the verdict and keep it."""
         start = time.monotonic()
+        if episode.warm is not None:  # nothing the agent started may run beside the verdict
+            episode.warm.close()
+            episode.warm = None
         pool = self.pool()
         try:
             job = pool.submit(episode.task, episode.root)

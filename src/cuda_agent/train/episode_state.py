@@ -245,6 +245,8 @@ class AgentEpisode:
     def verdict(self) -> Verdict:
         if self.root is None:
             raise RuntimeError("the episode has no workspace: use it as a context manager")
+        if self.toolbox is not None:  # nothing the agent started may run beside the reward
+            self.toolbox.close()
         return self.judge_backend.judge(self.task, self.root, self.settings.judge,
                                         self.settings.failed_reward)
 
