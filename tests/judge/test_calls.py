@@ -31,7 +31,7 @@ def _serve(plan: DriverPlan, worker, read_kept=None):
 
     thread = threading.Thread(target=run)
     thread.start()
-    thread.join(60)
+    thread.join(120)
     driver.join(60)
     assert not thread.is_alive() and not errors, errors
     return driver

@@ -6,39 +6,19 @@ only makes it slower, which ends no run later."""
 from __future__ import annotations
 
 import random
-import threading
 import time
 from pathlib import Path
 
-from cuda_agent.judge import Candidate, Judge, JudgeConfig, calls
-from cuda_agent.judge.calls import CallChannel, Lines
-from cuda_agent.judge.driver import CALIBRATE_FLOOR, CallDriver, DriverPlan
+from cuda_agent.judge import Candidate, Judge, JudgeConfig
+from cuda_agent.judge.calls import CallChannel
+from cuda_agent.judge.driver import CALIBRATE_FLOOR, DriverPlan
 from cuda_agent.judge.measure import measure_baselines
 from cuda_agent.judge.source import CallSource
 from cuda_agent.judge.timing import measure
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
 from tests.conftest import write_solution
-
-
-def _serve(plan: DriverPlan, worker) -> CallDriver:
-    """A driver on one end of a socket pair, ``worker(channel)`` on the other (a thread)."""
-    judge_end, worker_end = calls.pair()
-    driver = CallDriver(Lines(judge_end), plan, None).start()
-    errors: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            worker(CallChannel(worker_end.detach()))
-        except BaseException as exc:  # noqa: BLE001 (reported to the test)
-            errors.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(120)
-    driver.join(60)
-    assert not thread.is_alive() and not errors, errors
-    return driver
+from tests.judge.test_calls import _serve
 
 
 def _calls(channel: CallChannel, phase: str, call_s: float = 0.0, idle_s: float = 0.0,
