@@ -20,7 +20,6 @@ import fcntl
 import hashlib
 import os
 import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from cuda_agent import leftovers
 from cuda_agent.build import diagnostics, link, nvcc_split, symbols, toolchain
 from cuda_agent.build.confined import Jail
 from cuda_agent.build.link import MODULE_NAME
@@ -40,6 +40,7 @@ HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
 BINDING_LABEL = "binding.cpp (fixed layer, once per toolchain)"
 TIMER_LABEL = "judge_timer.cu (fixed layer, once per toolchain)"
 TIMER_SOURCE = Path(__file__).resolve().parent / "judge_timer.cu"
+SCRATCH_DIR = "build-"
 FIXED_LAYER_VERSION = "2"
 """Enters the fixed layer's cache keys; bump when how it is built changes (2: device timer)."""
 
@@ -95,6 +96,7 @@ class Builder:
             chain = self.chain
             needs = [*chain.torch_includes, chain.python_include, chain.cuda_home,
                      *_flag_paths([*self.config.extra_cflags, *self.config.extra_cuda_cflags])]
+            leftovers.sweep(SCRATCH_DIR, self.cache / "scratch")  # of builds killed outright
             self._jail = Jail.make(self.config.confine, self.config.timeout_s, self._memory(),
                                    [p for p in needs if p])
         return self._jail
@@ -240,7 +242,7 @@ class Builder:
         jail = self.jail
         obj.parent.mkdir(parents=True, exist_ok=True)
         (self.cache / "scratch").mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix="build-", dir=self.cache / "scratch"))
+        scratch = leftovers.owned_dir(SCRATCH_DIR, self.cache / "scratch")
         try:
             out = scratch / obj.name
             cmd = [*cmd[:-1], str(out)]
