@@ -56,8 +56,9 @@ def episode(device: str, out: Path) -> dict:
 def shell_steps(kb: Path, device: str, work: Path, repeats: int, think_s: float
                 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """KernelBench 1/12 as a user meets it: a new task's first judgement, then utils/verify,
-    utils/profile and `cuda-agent judge` with the baselines cached; ``think_s`` between
-    calls stands for the agent's thinking, while the warm judge starts its next workers."""
+    utils/profile, then `cuda-agent judge` (measuring its baselines, then finding them
+    cached); ``think_s`` between calls stands for the agent's thinking, while the warm judge
+    starts its next workers."""
     from cuda_agent.paths import home_dir
 
     ws = work / "ws12"
@@ -82,9 +83,13 @@ def shell_steps(kb: Path, device: str, work: Path, repeats: int, think_s: float
         edits.append(_think(think_s, run([str(ws / "utils/profile")])))
     steps["utils/profile after an edit (nvcc)"] = edits
     print(f"utils/profile after an edit: {edits}", flush=True)
+    # the episode's calls keep their baselines to themselves, so the first `cuda-agent judge`
+    # measures and stores them; the next ones find them cached
     judge = [*CLI, "judge", f"{kb}::1/12", str(ws)]
-    steps["cuda-agent judge (baselines cached)"] = [run(judge)[0]]  # cached by the calls above
-    print(f"cuda-agent judge: {steps['cuda-agent judge (baselines cached)']}", flush=True)
+    steps["cuda-agent judge (measures its baselines)"] = [run(judge)[0]]
+    steps["cuda-agent judge (baselines cached)"] = [run(judge)[0] for _ in range(2)]
+    print(f"cuda-agent judge: {steps['cuda-agent judge (measures its baselines)']} then "
+          f"{steps['cuda-agent judge (baselines cached)']}", flush=True)
     _stop_server(ws)
     return steps, phases
 

@@ -28,7 +28,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from cuda_agent import leftovers
 from cuda_agent.build import diagnostics, link, nvcc_split, symbols, toolchain
+from cuda_agent.build.confined import Jail
 from cuda_agent.build.link import MODULE_NAME
 from cuda_agent.build.toolchain import Toolchain, ToolchainError
 from cuda_agent.paths import TEMPLATES, home_dir
@@ -38,6 +40,7 @@ HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
 BINDING_LABEL = "binding.cpp (fixed layer, once per toolchain)"
 TIMER_LABEL = "judge_timer.cu (fixed layer, once per toolchain)"
 TIMER_SOURCE = Path(__file__).resolve().parent / "judge_timer.cu"
+SCRATCH_DIR = "build-"
 FIXED_LAYER_VERSION = "2"
 """Enters the fixed layer's cache keys; bump when how it is built changes (2: device timer)."""
 
@@ -58,6 +61,13 @@ class BuildConfig(BaseModel):
     split_nvcc: bool = Field(True, description=(
         "Run nvcc's stages for a kernel .cu as a graph (the host compile beside ptxas; the "
         "same object, about 0.8 s sooner); False runs the plain nvcc command."))
+    confine: Literal["auto", "on", "off"] = Field("auto", description=(
+        "Run every compiler and linker process in namespaces of its own (confined.py: /tmp "
+        "hidden, its folder read-only, killed with the build): 'auto' where they can be "
+        "made, 'on' refuses to build without them, 'off' never (the limits still apply)."))
+    memory_mb: int | None = Field(None, ge=256, description=(
+        "RLIMIT_AS of each compiler process, MiB; None: the machine's memory over twice the "
+        "parallel compiles, between 2 and 8 GiB."))
 
     def resolved_cache(self) -> Path:
         return Path(self.cache_dir) if self.cache_dir else home_dir() / "build"
@@ -70,6 +80,7 @@ class Builder:
         self.config = config or BuildConfig()
         self.cache = self.config.resolved_cache()
         self._chain: Toolchain | None = None
+        self._jail: Jail | None = None
 
     @property
     def chain(self) -> Toolchain:
@@ -77,6 +88,25 @@ class Builder:
             self._chain = toolchain.detect(self.config.device, self.cache, self.config.cxx,
                                            self.config.arch)
         return self._chain
+
+    @property
+    def jail(self) -> Jail:
+        """How this builder's compilers run (``confined.py``)."""
+        if self._jail is None:
+            chain = self.chain
+            needs = [*chain.torch_includes, chain.python_include, chain.cuda_home,
+                     *_flag_paths([*self.config.extra_cflags, *self.config.extra_cuda_cflags])]
+            leftovers.sweep(SCRATCH_DIR, self.cache / "scratch")  # of builds killed outright
+            self._jail = Jail.make(self.config.confine, self.config.timeout_s, self._memory(),
+                                   [p for p in needs if p])
+        return self._jail
+
+    def _memory(self) -> int:
+        if self.config.memory_mb is not None:
+            return self.config.memory_mb << 20
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        jobs = self.config.jobs or os.cpu_count() or 1
+        return min(max(ram // (2 * jobs), 2 << 30), 8 << 30)
 
     def build(self, root: Path, publish: bool = False) -> BuildResult:
         """Build ``root/kernels`` and return where the module is; never raises on bad code.
@@ -207,16 +237,26 @@ class Builder:
 
     def _compile(self, cmd: list[str], cwd: Path, obj: Path, split: bool = False
                  ) -> tuple[bool, str]:
+        """Run ``cmd`` (its last argument replaced by a file in a fresh scratch folder, the
+        only place it may write) confined, and move the output to ``obj``."""
+        jail = self.jail
         obj.parent.mkdir(parents=True, exist_ok=True)
-        tmp = obj.with_name(f"{obj.stem}.{os.getpid()}.{time.monotonic_ns()}.tmp.o")
-        cmd = [*cmd[:-1], str(tmp)]
-        run = nvcc_split.compile_cu if split else nvcc_split.run_command
-        done = run(cmd, cwd, self.config.timeout_s)
-        if done.ok and tmp.exists():
-            os.replace(tmp, obj)
-            return True, done.log
-        tmp.unlink(missing_ok=True)
-        return False, done.log
+        (self.cache / "scratch").mkdir(parents=True, exist_ok=True)
+        scratch = leftovers.owned_dir(SCRATCH_DIR, self.cache / "scratch")
+        try:
+            out = scratch / obj.name
+            cmd = [*cmd[:-1], str(out)]
+            if split:
+                done = nvcc_split.compile_cu(cmd, cwd, self.config.timeout_s, scratch, jail)
+            else:
+                done = nvcc_split.run_command(cmd, cwd, self.config.timeout_s, None, jail,
+                                              scratch)
+            if done.ok and out.is_file() and not out.is_symlink():
+                os.replace(out, obj)
+                return True, done.log
+            return False, done.log
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
 
     def _object(self, root: Path, source: Path, chain: Toolchain, header_hash: str
                 ) -> tuple[str, str, Path, str]:
@@ -266,6 +306,19 @@ def _refused_calls(chain: Toolchain, units: list[tuple[str, str, Path, str]], ca
     return tuple(Diagnostic(p.where, None, None, "error", _cut(
         f"{p.verb} {p.symbol} ({p.rule}): not allowed")) for p in problems
         )[:diagnostics.MAX_DIAGNOSTICS]
+
+
+def _flag_paths(flags: list[str]) -> list[str]:
+    """The folders and files the configured flags name (``-I``, ``-isystem DIR``...), which
+    a confined compile must see."""
+    out = []
+    for i, flag in enumerate(flags):
+        for prefix in ("-I", "-isystem", "-iquote", "-idirafter", "-include", "-L"):
+            if flag == prefix and i + 1 < len(flags):
+                out.append(flags[i + 1])
+            elif flag.startswith(prefix) and flag != prefix:
+                out.append(flag[len(prefix):].lstrip("="))
+    return out
 
 
 def _cut(message: str) -> str:

@@ -40,6 +40,8 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from cuda_agent.build.confined import Jail, drain
+
 CACHE_MARKER = "nvcc-split/2"
 """Enters the cache key of objects built here, so they never mix with plain nvcc's."""
 NVCC_ORDER = ("host-cpp", "cudafe", "device-cpp", "cicc", "ptxas", "fatbinary", "host-cc")
@@ -104,17 +106,19 @@ class Compiled:
 
 
 def compile_cu(cmd: Sequence[str], cwd: Path, timeout_s: float,
-               scratch: Path | None = None) -> Compiled:
+               scratch: Path | None = None, jail: Jail | None = None) -> Compiled:
     """Run ``nvcc ... -c SRC -o OBJ`` (``-o OBJ`` last) split into stages, or plainly.
 
     The stages' files go to a fresh folder under ``scratch`` (default: the system's temporary
-    folder), removed on every path; ``timeout_s`` bounds the whole compile.
+    folder), removed on every path; ``timeout_s`` bounds the whole compile. Every process
+    runs through ``jail`` (default: the limits alone), writing only under ``scratch``.
     """
     deadline = time.monotonic() + timeout_s
     keep = Path(tempfile.mkdtemp(prefix="nvcc-split-", dir=scratch)).resolve()
+    jail = jail or Jail(isolated=False)
     try:
-        plan = plan_stages(_dry_run(cmd, cwd, keep, timeout_s), keep, cmd[-1])
-        status, log = _execute(plan, cwd, deadline)
+        plan = plan_stages(_dry_run(cmd, cwd, keep, timeout_s, jail), keep, cmd[-1])
+        status, log = _execute(plan, cwd, deadline, jail, keep)
         if status == "timeout":
             return Compiled(False, _timed_out(timeout_s))
         if status != "fallback":
@@ -124,21 +128,20 @@ def compile_cu(cmd: Sequence[str], cwd: Path, timeout_s: float,
         reason = str(exc)
     finally:
         shutil.rmtree(keep, ignore_errors=True)
-    return dataclasses.replace(run_command(cmd, cwd, timeout_s, deadline), fallback=reason)
+    return dataclasses.replace(run_command(cmd, cwd, timeout_s, deadline, jail, scratch),
+                               fallback=reason)
 
 
 def run_command(cmd: Sequence[str], cwd: Path, timeout_s: float,
-                deadline: float | None = None) -> Compiled:
-    """Run one compiler command as it is; the log is stderr, or stdout + stderr on failure."""
+                deadline: float | None = None, jail: Jail | None = None,
+                scratch: Path | None = None) -> Compiled:
+    """Run one compiler command as it is (through ``jail``, writing under ``scratch``,
+    default ``cwd``); the log is what it printed."""
     limit = timeout_s if deadline is None else max(deadline - time.monotonic(), 0.0)
-    try:
-        proc = subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True,
-                              timeout=limit, check=False)
-    except subprocess.TimeoutExpired:
+    done = (jail or Jail(isolated=False)).run(list(cmd), cwd, scratch or cwd, limit)
+    if done.timed_out:
         return Compiled(False, _timed_out(timeout_s))
-    if proc.returncode == 0:
-        return Compiled(True, proc.stderr)
-    return Compiled(False, proc.stdout + proc.stderr)
+    return Compiled(done.code == 0, done.output)
 
 
 def plan_stages(dry_run: str, keep: Path, obj: str) -> Plan:
@@ -192,18 +195,18 @@ def module_identifier(source: str) -> str:
     return f"_{digest[:8]}_{len(name)}_{re.sub(r'[^A-Za-z0-9]', '_', name)}_{digest[8:16]}"
 
 
-def _dry_run(cmd: Sequence[str], cwd: Path, keep: Path, timeout_s: float) -> str:
+def _dry_run(cmd: Sequence[str], cwd: Path, keep: Path, timeout_s: float,
+             jail: Jail | None = None) -> str:
     argv = [cmd[0], "--dryrun", "--keep", "--keep-dir", str(keep), *cmd[1:]]
     if len(cmd) < 3 or cmd[-2] != "-o":
         raise PlanError("the command does not end in -o OBJ")
     try:
-        proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout_s, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = (jail or Jail(isolated=False)).run(argv, cwd, keep, timeout_s)
+    except OSError as exc:
         raise PlanError(f"nvcc --dryrun: {exc}") from exc
-    if proc.returncode != 0:
+    if done.timed_out or done.code != 0:
         raise PlanError("nvcc --dryrun failed")
-    return proc.stdout + proc.stderr
+    return done.output
 
 
 def _parse(text: str) -> tuple[dict[str, str], list[list[str]]]:
@@ -277,14 +280,15 @@ def _tool(name: str, path: str) -> str:
     return tool
 
 
-def _execute(plan: Plan, cwd: Path, deadline: float) -> tuple[str, str]:
+def _execute(plan: Plan, cwd: Path, deadline: float, jail: Jail, scratch: Path
+             ) -> tuple[str, str]:
     """Run the graph: ("ok" | "failed", log), ("timeout", "") or ("fallback", reason)."""
     for path, text in plan.files:
         path.write_text(text)
     env = {**os.environ, **dict(plan.env)}
     stages, index = plan.stages, {s.kind: i for i, s in enumerate(plan.stages)}
     done: queue.Queue[tuple[int, int, str]] = queue.Queue()
-    procs: dict[int, subprocess.Popen[str]] = {}
+    procs: dict[int, subprocess.Popen[bytes]] = {}
     waiters: list[threading.Thread] = []
     results: dict[int, tuple[int, str]] = {}
     cutoff = len(stages)  # the first failed stage in nvcc's order; later ones are stopped
@@ -294,10 +298,11 @@ def _execute(plan: Plan, cwd: Path, deadline: float) -> tuple[str, str]:
                 if i < cutoff and i not in procs and all(
                         results.get(index[dep], (1, ""))[0] == 0 for dep in stage.after):
                     try:
-                        procs[i] = _start(stage, cwd, env)
+                        procs[i] = jail.start(stage.argv, cwd, scratch, env)
                     except OSError as exc:
                         return "fallback", f"{stage.kind}: {exc}"
-                    waiters.append(threading.Thread(target=_wait, args=(i, procs[i], done)))
+                    waiters.append(threading.Thread(
+                        target=_wait, args=(i, procs[i], done, jail.output_bytes, deadline)))
                     waiters[-1].start()
             running = [i for i in procs if i not in results]
             if not running:
@@ -319,19 +324,18 @@ def _execute(plan: Plan, cwd: Path, deadline: float) -> tuple[str, str]:
         _kill(procs.values())
         for waiter in waiters:
             waiter.join()
+        for proc in procs.values():
+            proc.wait()
+            if proc.stdout is not None:
+                proc.stdout.close()
     status = "failed" if cutoff < len(stages) else "ok"
     return status, "".join(results[i][1] for i in sorted(results) if i <= cutoff)
 
 
-def _start(stage: Stage, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(stage.argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            encoding="utf-8", errors="replace", start_new_session=True)
-
-
-def _wait(i: int, proc: subprocess.Popen[str], done: queue.Queue) -> None:
-    out, _ = proc.communicate()
-    done.put((i, proc.returncode, out))
+def _wait(i: int, proc: subprocess.Popen[bytes], done: queue.Queue, limit: int,
+          deadline: float) -> None:
+    out = drain(proc, limit, deadline)
+    done.put((i, proc.returncode if out is not None else -9, out or ""))
 
 
 def _kill(procs) -> None:

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v18"
+JUDGE_VERSION = "judge-v19"
 """Bump whenever correctness, timing or reward rules change; results record it. One line
 per version: docs/judge-versions.md."""
 

@@ -16,9 +16,10 @@ ahead, the reference's first job run during the build, the candidate's workers s
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
-import tempfile
+import shutil
 import time
 import weakref
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 import torch
 
+from cuda_agent import leftovers
 from cuda_agent.build.builder import Builder
 from cuda_agent.judge import confine
 from cuda_agent.judge.baseline_runs import time_baselines
@@ -35,7 +37,7 @@ from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Staging, run_candidate, time_again
-from cuda_agent.judge.runner import Worker, close_all
+from cuda_agent.judge.runner import WORKER_DIR, Worker, close_all
 from cuda_agent.judge.schedule import Ahead
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
@@ -52,6 +54,9 @@ def resolve_device(device: str) -> str:
         raise JudgeError("--device cuda asked for, but torch sees no CUDA device")
     return device
 
+
+JUDGE_DIR = "cuda-agent-judge-"
+"""Prefix of a judgement's own folder (the candidate's snapshot, the plan's files)."""
 
 class Judge:
     """Stateless apart from its config and its spare workers; judges many candidates.
@@ -73,6 +78,8 @@ class Judge:
         self._baselines: dict[str, Any] = {}
         """Baselines this judge measured and may not store (``store_baselines`` off)."""
         self._turn = GpuTurn(self.config.gpu_lock)
+        for prefix in (JUDGE_DIR, WORKER_DIR):  # left by judges killed outright
+            leftovers.sweep(prefix)
         self._finalizer = weakref.finalize(self, close_all, self._spares)
 
     def __enter__(self) -> Judge:
@@ -135,7 +142,7 @@ class Judge:
 
     def _judge_once(self, task: Task, candidate: Candidate, seed: int, profile: bool
                     ) -> JudgeResult:
-        with tempfile.TemporaryDirectory(prefix="cuda-agent-judge-") as tmp:
+        with _owned(JUDGE_DIR) as tmp:
             verdict = Verdict(task, self.device, seed)
             try:
                 snapshot = candidate.snapshot(Path(tmp) / "candidate")  # 1
@@ -287,3 +294,13 @@ class Judge:
 
 
 __all__ = ["Judge", "JudgeError", "resolve_device"]
+
+
+@contextlib.contextmanager
+def _owned(prefix: str):
+    """A folder named by this process (``leftovers``), removed on every way out."""
+    folder = leftovers.owned_dir(prefix)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

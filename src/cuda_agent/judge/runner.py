@@ -36,7 +36,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuda_agent import leftovers
 from cuda_agent.judge import calls, device_pack, shared_pack
 from cuda_agent.judge.driver import CallDriver, DriverPlan
 from cuda_agent.judge.report import REPORT_BYTES, WorkerOutcome, outcome, read_small
@@ -52,6 +52,8 @@ from cuda_agent.judge.worker import LIFELINE_ENV
 from cuda_agent.procs import Proc, descendants, session_members, snapshot
 
 PACK_BYTES = 64 * 2**30
+WORKER_DIR = "cuda-agent-worker-"
+"""Prefix of a worker's own folder (``leftovers``: swept once its judge is gone)."""
 """Capacity of an unconfined candidate's sealed memory file (sparse: only what is written
 takes memory)."""
 
@@ -84,7 +86,7 @@ class Worker:
         """``candidate``: a candidate's worker, lent the packs its kept calls are handed
         over in (a sealed memory file, and a socket for a device pack); ``confine``
         confines it. Every worker has a call socket (``calls``) for its timed calls."""
-        self.out_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-worker-", dir=root))
+        self.out_dir = leftovers.owned_dir(WORKER_DIR, root)
         read_fd, write_fd = os.pipe()
         life_end, self._lifeline = os.pipe()  # not inherited by any other child (O_CLOEXEC)
         env = {**os.environ, **(env or {}), "PYTHONHASHSEED": "0",

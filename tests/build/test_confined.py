@@ -1,0 +1,158 @@
+"""A build's compilers run confined (build/confined.py): a source cannot make them read
+files outside what the agent's shell sees, use unbounded memory, time or output, or live
+past the build (or the judge) that started them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cuda_agent.build import BuildConfig, Builder
+from cuda_agent.build.confined import Jail, namespaces_work
+from cuda_agent.procs import snapshot
+
+needs_ns = pytest.mark.skipif(not namespaces_work(), reason="namespaces cannot be made here")
+
+
+def _workspace(root: Path, name: str, source: str) -> Path:
+    (root / "kernels").mkdir(parents=True)
+    (root / "kernels" / name).write_text(source)
+    return root
+
+
+def _secret(tmp: Path) -> tuple[Path, str]:
+    """A file the build must not read: under /tmp, beside but outside the workspace, as
+    another episode's workspace or the judge's own files are."""
+    token = f"SECRET_{uuid.uuid4().hex}"
+    path = Path("/tmp") / f"confined-secret-{uuid.uuid4().hex}" / "model_new.py"
+    path.parent.mkdir()
+    path.write_text(f"{token} x;\nint {token}_n = 1;\n")
+    return path, token
+
+
+@needs_ns
+@pytest.mark.parametrize("how", ["include", "has_include", "incbin", "dependency", "symlink"])
+def test_a_source_reads_no_file_outside_its_workspace(tmp_path: Path, how: str):
+    secret, token = _secret(tmp_path)
+    sources = {
+        "include": f'#include "{secret}"\n',
+        "has_include": f'#if __has_include("{secret}")\n#error "{token[:7]} SEEN"\n#endif\n',
+        "incbin": f'asm(".section .rodata\\n.incbin \\"{secret}\\"\\n.previous");\n',
+        "dependency": f'#pragma GCC dependency "{secret}"\nint f() {{ return 1; }}\n',
+        "symlink": '#include "linked.h"\n',
+    }
+    root = _workspace(tmp_path / "ws", "k.cpp", sources[how])
+    if how == "symlink":
+        (root / "kernels" / "linked.h").symlink_to(secret)
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(root)
+    try:
+        assert token not in result.log
+        if how == "has_include":
+            assert "SEEN" not in result.log
+        if how in ("include", "symlink", "incbin"):
+            assert not result.ok
+    finally:
+        secret.unlink()
+        secret.parent.rmdir()
+
+
+def test_the_same_source_under_jail_off_does_read_it(tmp_path: Path):
+    """The case above is a real leak without the confinement (so the test can fail)."""
+    secret, token = _secret(tmp_path)
+    root = _workspace(tmp_path / "ws", "k.cpp", f'#include "{secret}"\n')
+    try:
+        result = Builder(BuildConfig(device="cpu", jobs=1, confine="off")).build(root)
+        assert token in result.log
+    finally:
+        secret.unlink()
+        secret.parent.rmdir()
+
+
+def test_an_endless_include_is_bounded_by_memory(tmp_path: Path):
+    root = _workspace(tmp_path / "ws", "k.cpp", '#include "/dev/zero"\n')
+    result = Builder(BuildConfig(device="cpu", jobs=1, memory_mb=512)).build(root)
+    assert not result.ok
+    assert "memory" in result.log.lower() or "killed" in result.log.lower(), result.log[-500:]
+
+
+def test_a_flood_of_errors_is_cut(tmp_path: Path):
+    lines = "".join(f"int f{i}() {{ return undefined_{i}; }}\n" for i in range(20000))
+    root = _workspace(tmp_path / "ws", "k.cpp", lines)
+    builder = Builder(BuildConfig(device="cpu", jobs=1))
+    builder._jail = dataclasses.replace(Jail.make("auto", 120, None), output_bytes=100_000)
+    result = builder.build(root)
+    assert not result.ok
+    assert "output cut at 100000 bytes" in result.log
+
+
+SLOW = textwrap.dedent("""
+    constexpr unsigned long spin(unsigned long n) {
+        unsigned long x = 0;
+        for (unsigned long i = 0; i < n; ++i) x = x * 6364136223846793005ul + i;
+        return x;
+    }
+    static_assert(spin(MARK) != 1, "");
+""")
+
+
+def _compilers(mark: str) -> list[int]:
+    pids = []
+    for pid in snapshot():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if mark.encode() in cmdline and b"cc1plus" in cmdline:
+            pids.append(pid)
+    return pids
+
+
+def _gone(mark: str) -> bool:
+    for _ in range(300):  # a process killed by SIGKILL is gone within moments
+        if not _compilers(mark):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_a_compile_past_its_timeout_leaves_no_process(tmp_path: Path):
+    mark = f"slow_{uuid.uuid4().hex[:12]}"
+    source = SLOW.replace("MARK", "4000000000000ul") + f"int {mark};\n"
+    root = _workspace(tmp_path / "ws", f"{mark}.cpp", source)
+    config = BuildConfig(device="cpu", jobs=1, timeout_s=3,
+                         extra_cflags=("-fconstexpr-ops-limit=4000000000000", f"-D{mark}=1"))
+    result = Builder(config).build(root)
+    assert not result.ok and "timed out" in result.log
+    assert _gone(mark)
+
+
+def test_a_judge_killed_mid_build_leaves_no_compiler(tmp_path: Path):
+    mark = f"slow_{uuid.uuid4().hex[:12]}"
+    source = SLOW.replace("MARK", "4000000000000ul")
+    root = _workspace(tmp_path / "ws", "k.cpp", source)
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from cuda_agent.build import Builder, BuildConfig
+        Builder(BuildConfig(device="cpu", jobs=1, extra_cflags=(
+            "-fconstexpr-ops-limit=4000000000000", "-D{mark}=1"))).build(Path({str(root)!r}))
+    """)
+    judge = subprocess.Popen([sys.executable, "-c", script], env=os.environ.copy())
+    try:
+        for _ in range(1200):  # until the compiler runs (or the judge ended: a failure)
+            if _compilers(mark) or judge.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert _compilers(mark), "the compiler never started"
+    finally:
+        judge.send_signal(signal.SIGKILL)
+        judge.wait()
+    assert _gone(mark)
