@@ -47,6 +47,7 @@ from typing import Any
 
 from cuda_agent.judge import calls, device_pack, shared_pack
 from cuda_agent.judge.driver import CallDriver, DriverPlan
+from cuda_agent.judge.gpu_turn import PhaseTurns
 from cuda_agent.judge.report import REPORT_BYTES, WorkerOutcome, outcome, read_small
 from cuda_agent.judge.worker import LIFELINE_ENV
 from cuda_agent.procs import Proc, descendants, session_members, snapshot
@@ -127,6 +128,7 @@ class Worker:
         self.driver: CallDriver | None = None
         self._ready = threading.Event()
         self._idle = threading.Event()
+        self._gone = False
         self._hold = False
         self._timed = False  # the job times its calls: its report must hold samples
         self._followups = 0
@@ -146,10 +148,13 @@ class Worker:
                     self._idle.set()
                 elif len(self.marks) < 16:
                     self.marks.append((label, time.monotonic()))
+        self._gone = True  # the worker (and whatever it started) has closed its end
+        self._idle.set()
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until the worker has started and preloaded (it then waits for its job)."""
-        return self._idle.wait(timeout_s)
+        """Wait until the worker has started and preloaded (it then waits for its job);
+        False if the time ran out or it ended first."""
+        return self._idle.wait(timeout_s) and not self._gone
 
     def prepare(self, device: str, fields: dict[str, Any] | None = None,
                 record: bool = False) -> None:
@@ -181,11 +186,12 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
     def drive(self, plan: DriverPlan, read_kept: Any = None,
-              at_counted: Callable[[], None] | None = None) -> CallDriver:
+              at_counted: Callable[[], None] | None = None,
+              turns: PhaseTurns | None = None) -> CallDriver:
         """Serve this worker's calls (``driver.CallDriver``) from now until it ends;
-        ``at_counted`` as ``CallDriver``'s."""
+        ``at_counted`` and ``turns`` as ``CallDriver``'s."""
         self.driver = CallDriver(calls.Lines(self.calls_sock), plan, read_kept,
-                                 at_counted, self.interpreter).start()
+                                 at_counted, self.interpreter, turns).start()
         return self.driver
 
     def followup(self, job: dict[str, Any], timeout_s: float) -> WorkerOutcome:
