@@ -232,3 +232,23 @@ def test_phase_turns_hold_the_measured_phases_exclusive(tmp_path: Path):
     with turn.candidate_job(timed=False) as turns:
         assert turns is None and turn.level == SHARED
     turn.close()
+
+
+def test_staging_waits_until_the_worker_has_prepared(tmp_path: Path):
+    """A worker says when it has done a ``prepare`` line (on CUDA its context and lent pack:
+    GPU work that a judge sharing the GPU keeps inside its shared hold), and a worker that
+    ends first is not waited for."""
+    from cuda_agent.judge.runner import Worker
+
+    worker = Worker(trace=False)
+    try:
+        assert worker.wait_idle(PATIENCE_S)
+        assert worker.wait_prepared(0)  # nothing asked yet
+        worker.prepare("cpu")
+        assert worker.wait_prepared(PATIENCE_S)
+        worker.kill()
+        worker.proc.wait()
+        worker.prepare("cpu")
+        assert not worker.wait_prepared(PATIENCE_S)
+    finally:
+        worker.close()

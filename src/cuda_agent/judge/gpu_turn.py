@@ -27,8 +27,8 @@ locks go when it dies:
   ``intent`` until it has, so no one else can be waiting to.
 
 ``CUDA_AGENT_GPU_TURN_LOG=FILE`` appends every hold (and every timed span of a worker's
-calls, ``PhaseTurns``) to FILE as a JSON line: ``{"turn", "pid", "kind", "start", "end"}``,
-times from the system-wide monotonic clock; tests and the pool benchmark read it.
+calls, ``PhaseTurns``) to FILE as a JSON line: ``{"lock", "turn", "pid", "kind", "start",
+"end"}``, times from the system-wide monotonic clock; tests and the pool benchmark read it.
 """
 
 from __future__ import annotations
@@ -212,8 +212,8 @@ class GpuTurn:
         """Append a span to the log (``LOG_ENV``), if one is kept."""
         if self._log is None:
             return
-        line = json.dumps({"turn": self.name, "pid": os.getpid(), "kind": kind,
-                           "start": start, "end": end}) + "\n"
+        line = json.dumps({"lock": str(self.path), "turn": self.name, "pid": os.getpid(),
+                           "kind": kind, "start": start, "end": end}) + "\n"
         fd = os.open(self._log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             os.write(fd, line.encode())  # one write of an appended line: lines never mix

@@ -63,11 +63,14 @@ class Staging:
         return size is not None and size > LAZY_PACK_BYTES
 
     def stage(self, worker: Worker) -> dict[str, Any]:
-        """Stage ``worker`` and, on CUDA, make its context and map its pack now."""
+        """Stage ``worker`` and, on CUDA, make its context and map its pack now (done by
+        the time this returns where the GPU is shared: it is GPU work in the turn)."""
         staged = confine.stage_candidate(worker, self.snapshot, self.plan.tmp / "state.pt",
                                          self.kind, self.device, self.plan.pack_bytes())
         if self.device.startswith("cuda"):
             worker.prepare(self.device, staged, record=self.plan.cfg.activity_record)
+            if self.turn.path is not None:
+                worker.wait_prepared(self.plan.cfg.process_timeout_s)
         return staged
 
 

@@ -129,6 +129,8 @@ class Worker:
         self._ready = threading.Event()
         self._idle = threading.Event()
         self._gone = False
+        self._prepares = threading.Condition()
+        self._asked = self._prepared = 0  # prepare lines sent, and done by the worker
         self._hold = False
         self._timed = False  # the job times its calls: its report must hold samples
         self._followups = 0
@@ -146,9 +148,15 @@ class Worker:
                     self._ready.set()
                 elif label == "idle":
                     self._idle.set()
+                elif label == "prepared":
+                    with self._prepares:
+                        self._prepared += 1
+                        self._prepares.notify_all()
                 elif len(self.marks) < 16:
                     self.marks.append((label, time.monotonic()))
-        self._gone = True  # the worker (and whatever it started) has closed its end
+        with self._prepares:
+            self._gone = True  # the worker (and whatever it started) has closed its end
+            self._prepares.notify_all()
         self._idle.set()
 
     def wait_idle(self, timeout_s: float) -> bool:
@@ -169,8 +177,17 @@ class Worker:
                 line.update({k: fields[k] for k in ("pack", "pack_bytes", "pack_device")})
             self.proc.stdin.write((json.dumps(line) + "\n").encode())
             self.proc.stdin.flush()
+            self._asked += 1
         except (BrokenPipeError, OSError):
             pass
+
+    def wait_prepared(self, timeout_s: float) -> bool:
+        """Wait until the worker has done every ``prepare`` sent (its device work over);
+        False if the time ran out or it ended first."""
+        with self._prepares:
+            return self._prepares.wait_for(
+                lambda: self._gone or self._prepared >= self._asked, timeout_s) \
+                and not self._gone
 
     def _lend(self, job: dict[str, Any]) -> bool:
         """Pass the device pack's descriptor once, if ``job`` names it; True if it went now."""
