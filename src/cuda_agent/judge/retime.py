@@ -63,15 +63,19 @@ class Staging:
         return size is not None and size > LAZY_PACK_BYTES
 
     def stage(self, worker: Worker) -> dict[str, Any]:
-        """Stage ``worker`` and, on CUDA, make its context and map its pack now (done by
-        the time this returns where the GPU is shared: it is GPU work in the turn)."""
+        """Stage ``worker`` and, on CUDA, have it make its context and map its pack now."""
         staged = confine.stage_candidate(worker, self.snapshot, self.plan.tmp / "state.pt",
                                          self.kind, self.device, self.plan.pack_bytes())
         if self.device.startswith("cuda"):
             worker.prepare(self.device, staged, record=self.plan.cfg.activity_record)
-            if self.turn.path is not None:
-                worker.wait_prepared(self.plan.cfg.process_timeout_s)
         return staged
+
+    def settle(self, workers: list[Worker]) -> None:
+        """Where the GPU is shared, wait until ``workers`` have done what ``stage`` asked
+        (GPU work: it must end inside the hold it began in)."""
+        if self.turn.path is not None and self.device.startswith("cuda"):
+            for worker in workers:
+                worker.wait_prepared(self.plan.cfg.process_timeout_s)
 
 
 def run_candidate(verdict: Verdict, staging: Staging, worker: Worker, job: dict[str, Any],
@@ -237,6 +241,7 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
         if fields is None:
             with verdict.phase(f"stage_candidate{k}"), staging.turn.hold(SHARED):
                 fields = staging.stage(worker)
+                staging.settle([worker])
         confine.lend_inline_cache(worker, staging.snapshot, staging.kind)
         done, timed = run_candidate(verdict, staging, worker, {**job, **fields}, k)
         if timed is None:

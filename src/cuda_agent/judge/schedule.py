@@ -106,6 +106,7 @@ class Ahead:
         with self.verdict.phase("stage_candidate"), turn.hold(SHARED):
             staged = [self.staging.stage(w) if k == 0 or not self.staging.lazy else None
                       for k, w in enumerate(cand)]
+            self.staging.settle([w for w, fields in zip(cand, staged, strict=True) if fields])
         return (ref, timed), staged
 
     def answers(self, worker: Worker, kept: list[Snapshot]) -> Reference:
