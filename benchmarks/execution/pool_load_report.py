@@ -58,6 +58,12 @@ def case_markdown(r: dict[str, Any]) -> str:
             lines.append(f"| {Path(lock).name} | {pct(t['held'])} | {pct(t['exclusive'])} | "
                          f"{pct(t['shared_only'])} | {pct(t['timing'])} | "
                          f"{t['shared_depth']} |")
+        held = [p["gpu_exclusive"] for p in r["phases"].values() if p.get("gpu_exclusive")]
+        if held:
+            per_job = sum(held) / len(held)
+            lines += ["", f"A job held the turn exclusive {per_job:.2f} s on average: at most "
+                      f"{3600 / per_job:.0f} judgements per GPU-hour while timing stays "
+                      "exclusive."]
     if r["gpus"]:
         lines += ["", f"GPU utilisation ({r['util_source']}; utilization.gpu = share of the "
                   "sample period in which any kernel ran, not SM occupancy):", "",
