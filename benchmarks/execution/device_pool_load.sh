@@ -25,12 +25,12 @@ NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 WINDOW_S=${WINDOW_S:-60}
 LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT \
   --baseline-processes ${BASELINE_PROCESSES:-1} --jobs window --window-s $WINDOW_S"
-B=220  # the first case measures the baselines in its warm-up
+B=200  # the first case measures the baselines in its warm-up
 for N in ${PER_GPU:-1 3}; do
   echo "== 1 GPU, $N worker(s) on it (budget ${B} s)"
   timeout $((B + 20)) $LOAD --gpus 0 --jobs-per-gpu "$N" --label "1gpu-x$N" --budget-s "$B" \
     2>&1 | tail -100
-  B=$((WINDOW_S + 70))
+  B=$((WINDOW_S + 100))  # pool start and warm-up, the window, the drain
 done
 if [ "${TWO_GPUS:-0}" = 1 ] && [ "$NGPU" -ge 2 ]; then
   echo "== 2 GPUs, $N worker(s) on each (budget $((B + 30)) s)"
