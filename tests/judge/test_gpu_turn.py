@@ -1,11 +1,11 @@
-"""The GPU's turn across processes (``judge.gpu_turn``): shared holders overlap, an exclusive
-holder excludes every other, a waiting exclusive holder is not starved by shared holders
-that keep coming, a hold steps down and back up without a break, and a holder that dies
-lets go. Each holder is a process of its own, driven line by line; every figure compared
-is a stamp of the system-wide monotonic clock taken inside a holder: ``t`` once a command
-is done, ``before`` as it began (a release's stamp is taken before it lets go, so a holder
-that got the turn only once another let go stamps its ``t`` after the other's
-``before``)."""
+"""The GPU's turn across processes (``judge.gpu_turn``): shared holders overlap, an
+exclusive holder excludes every other, a waiting exclusive holder is not starved by shared
+holders that keep coming, a hold steps down and back up without a break, and a holder that
+dies lets go; and the holds of a worker's phases (``judge.turn_phases``). Each holder is a
+process of its own, driven line by line; every figure compared is a stamp of the
+system-wide monotonic clock taken inside a holder: ``t`` once a command is done,
+``before`` as it began (a release's stamp is taken before it lets go, so a holder that got
+the turn only once another let go stamps its ``t`` after the other's ``before``)."""
 
 from __future__ import annotations
 
@@ -188,10 +188,11 @@ def test_phase_turns_hold_the_measured_phases_exclusive(tmp_path: Path):
     first call shared, its timing exclusive to the job's end; nothing changes after
     ``stop``."""
     from cuda_agent.judge.gpu_turn import EXCLUSIVE, SHARED, GpuTurn
+    from cuda_agent.judge.turn_phases import candidate_job, trusted_job
 
     turn = GpuTurn(tmp_path / "gpu0.lock")
     seen = []
-    with turn.candidate_job(timed=True) as turns:
+    with candidate_job(turn, timed=True) as turns:
         seen.append(turn.level)  # the worker's set-up
         turns.before("calibrate")
         seen.append(turn.level)
@@ -210,7 +211,7 @@ def test_phase_turns_hold_the_measured_phases_exclusive(tmp_path: Path):
                     EXCLUSIVE, SHARED]
     assert turn.level is None and not turn.intent
 
-    with turn.candidate_job(timed=True) as turns:
+    with candidate_job(turn, timed=True) as turns:
         turns.ended("calibrate")
         turns.before("timed")  # no warm-up asked for
         assert turn.level == EXCLUSIVE
@@ -218,7 +219,7 @@ def test_phase_turns_hold_the_measured_phases_exclusive(tmp_path: Path):
         turns.ended("tail")
         assert turn.level == EXCLUSIVE
 
-    with turn.trusted_job() as turns:
+    with trusted_job(turn) as turns:
         assert turn.level == SHARED  # the first call (torch.compile's compilation)
         turns.before("calibrate")
         assert turn.level == EXCLUSIVE
@@ -229,7 +230,7 @@ def test_phase_turns_hold_the_measured_phases_exclusive(tmp_path: Path):
         turns.before("timed")
         turns.ended("tail")
         assert turn.level == EXCLUSIVE  # the memory bandwidth is measured after the tail
-    with turn.candidate_job(timed=False) as turns:
+    with candidate_job(turn, timed=False) as turns:
         assert turns is None and turn.level == SHARED
     turn.close()
 

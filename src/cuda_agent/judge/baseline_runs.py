@@ -18,6 +18,7 @@ from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.retime import Timed
 from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
+from cuda_agent.judge.turn_phases import trusted_job
 from cuda_agent.judge.verify import bounded, run_stats
 from cuda_agent.results import TimingStats
 
@@ -33,7 +34,7 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
     name they only cost time. ``tracer`` is the fixed layer the timing jobs load (the
     device timer on CUDA). Each process holds the judge's GPU ``turn`` shared from its job on
     (torch.compile's compilation, its first call, made apart) and exclusive through its
-    stand-ins and timing (``gpu_turn.PhaseTurns``), and ends within it."""
+    stand-ins and timing (``turn_phases``), and ends within it."""
     cfg = plan.cfg
     timed = ref.result.get("samples_ms") and ref_clock is not None
     runs: dict[str, list[Timed]] = {"eager": [Timed(ref, ref_clock, [])] if timed else [],
@@ -48,7 +49,7 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
                 worker = spares.pop()
                 job = plan.job(role, time=True, tracer=tracer,
                                shared_gpu=turn.path is not None)
-                with turn.trusted_job() as turns:
+                with trusted_job(turn) as turns:
                     driver = worker.drive(plan.baseline_driver(), turns=turns)
                     done = worker.run(job, cfg.process_timeout_s)
                     worker.close()

@@ -34,8 +34,8 @@ import torch
 
 from cuda_agent.judge.calls import PHASES, Closed, Lines, ProtocolError
 from cuda_agent.judge.cpu_clock import CpuMark, ProcessCpu, open_process
-from cuda_agent.judge.gpu_turn import PhaseTurns
 from cuda_agent.judge.secret import Keyed
+from cuda_agent.judge.turn_phases import PhaseTurns
 
 _clock = time.perf_counter
 SEED_BITS = 62
@@ -172,7 +172,7 @@ class CallDriver:
                  turns: PhaseTurns | None = None):
         self.lines, self.plan, self.read_kept = lines, plan, read_kept
         self.turns = turns
-        """What each phase needs of the judge's GPU turn (``gpu_turn.PhaseTurns``), settled
+        """What each phase needs of the judge's GPU turn (``turn_phases.PhaseTurns``), settled
         before the worker hears of a call or of a phase's end."""
         self._pid_of = pid_of
         """The worker's interpreter, looked up at its first message (before any candidate

@@ -3,7 +3,7 @@
 A pool may run several judges per GPU (``PoolConfig.jobs_per_gpu``). A judge holds the
 GPU's turn *exclusive* through every phase whose measurements go into a verdict or a
 baseline (a worker's stand-ins, and its calls from the end of its warm-up to the end of its
-tail: ``PhaseTurns``), and *shared* through the rest of its GPU work (the reference's jobs,
+tail: ``turn_phases``), and *shared* through the rest of its GPU work (the reference's jobs,
 staging a worker, a candidate's set-up, loading and warm-up, a worker's exit, the
 comparisons). So no timed phase of one judge overlaps any GPU work of another, while the
 untimed GPU work of several judges overlaps; the build, the workers' start-up and the
@@ -27,7 +27,7 @@ locks go when it dies:
   ``intent`` until it has, so no one else can be waiting to.
 
 ``CUDA_AGENT_GPU_TURN_LOG=FILE`` appends every hold (and every timed span of a worker's
-calls, ``PhaseTurns``) to FILE as a JSON line: ``{"lock", "turn", "pid", "kind", "start",
+calls, ``turn_phases``) to FILE as a JSON line: ``{"lock", "turn", "pid", "kind", "start",
 "end"}``, times from the system-wide monotonic clock; tests and the pool benchmark read it.
 """
 
@@ -45,7 +45,7 @@ from pathlib import Path
 
 SHARED, EXCLUSIVE = "shared", "exclusive"
 LOG_ENV = "CUDA_AGENT_GPU_TURN_LOG"
-_clock = time.monotonic
+clock = time.monotonic
 
 
 class GpuTurn:
@@ -139,7 +139,7 @@ class GpuTurn:
             if self.path is None or (self.level is None and not self.intent):
                 return
             if self.level is not None:
-                self._record(self.level, self._since, _clock())
+                self._record(self.level, self._since, clock())
                 self._unlock("")
                 self.level = None
             if self._gate:
@@ -161,23 +161,6 @@ class GpuTurn:
             yield self
         finally:
             self.release()
-
-    @contextlib.contextmanager
-    def trusted_job(self) -> Iterator[PhaseTurns]:
-        """The hold of a trusted worker's timed job (reference, baselines), its phases'
-        turns given to its driver: shared from the job on, exclusive from its first
-        stand-in (``PhaseTurns``); let go after the block (the worker idle or ended)."""
-        with self.hold(SHARED), PhaseTurns(self, trusted=True) as turns:
-            yield turns
-
-    @contextlib.contextmanager
-    def candidate_job(self, timed: bool) -> Iterator[PhaseTurns | None]:
-        """The hold of a candidate's process, from before its job until after the block
-        (which must end the process): a timed one's phases' turns for its driver,
-        exclusive from the start; an untimed one's shared throughout (None)."""
-        with self.hold(EXCLUSIVE if timed else SHARED, upgradable=timed), \
-                PhaseTurns(self, trusted=False) as turns:
-            yield turns if timed else None
 
     @contextlib.contextmanager
     def first_to_measure(self) -> Iterator[None]:
@@ -205,7 +188,7 @@ class GpuTurn:
         """Seconds waited for the turn, held shared and held exclusive, so far."""
         held = dict(self.held_s)
         if self.level is not None:
-            held[self.level] += _clock() - self._since
+            held[self.level] += clock() - self._since
         return self.waited_s, held[SHARED], held[EXCLUSIVE]
 
     def log(self, kind: str, start: float, end: float) -> None:
@@ -237,23 +220,23 @@ class GpuTurn:
     def _flock(self, suffix: str, how: int, wait: bool = True) -> bool:
         """Lock ``PATH + suffix`` (``how``), the wait counted; False if ``wait`` is off and
         it is held elsewhere."""
-        start = _clock()
+        start = clock()
         try:
             fcntl.flock(self._fd(suffix), how | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             return False
         finally:
-            self.waited_s += _clock() - start
+            self.waited_s += clock() - start
         return True
 
     def _unlock(self, suffix: str) -> None:
         fcntl.flock(self._fd(suffix), fcntl.LOCK_UN)
 
     def _enter(self, level: str) -> None:
-        self.level, self._since = level, _clock()
+        self.level, self._since = level, clock()
 
     def _switch(self, level: str) -> None:
-        now = _clock()
+        now = clock()
         self._record(self.level, self._since, now)
         self.level, self._since = level, now
 
@@ -261,89 +244,3 @@ class GpuTurn:
         self.held_s[level] += end - start
         self.log(level, start, end)
 
-
-MEASURED = ("calibrate", "timed", "record", "tail")
-"""The phases whose calls are measured: the stand-ins (their median is the protocol's cost
-on the judge's clock) and the timed calls with what follows them to the end of the tail."""
-
-
-class PhaseTurns:
-    """What a timed worker's calls need of its judge's turn, phase by phase: the driver
-    (``driver.CallDriver``) calls ``before`` ahead of each call and ``ended`` as it ends a
-    phase, before the worker hears of either.
-
-    Exclusive: the stand-ins, and everything from the end of the warm-up (the device timer
-    calibrates itself there) to the end of the tail. Shared: the worker's set-up, a
-    candidate's loading (between the stand-ins and the warm-up), the warm-up and what
-    follows the tail (a candidate's profile, its exit). A candidate's hold is taken before
-    its job (``GpuTurn.hold(EXCLUSIVE, upgradable=True)``) and kept without a break until
-    its process is dead; a trusted worker (reference, baselines) has its own work
-    synchronised when it asks for its first stand-in, so there the judge lets its shared
-    hold go and waits for an exclusive one, which it keeps to the job's end (the reference
-    measures the memory bandwidth after its tail). After ``stop`` nothing changes."""
-
-    def __init__(self, turn: GpuTurn, trusted: bool):
-        self.turn, self.trusted = turn, trusted
-        self._span: float | None = None
-        self._stopped = False
-        self._mutex = threading.Lock()
-
-    def __enter__(self) -> PhaseTurns:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    def before(self, phase: str) -> None:
-        """Ahead of a call of ``phase``."""
-        with self._mutex:
-            if phase in MEASURED:
-                self._level(EXCLUSIVE)
-                self._begin()
-            elif phase == "warmup":
-                self._end()
-                self._level(SHARED)
-
-    def ended(self, phase: str) -> None:
-        """As the judge ends ``phase``, before it says so to the worker."""
-        with self._mutex:
-            if phase == "calibrate":
-                self._end()
-                self._level(SHARED)
-            elif phase == "warmup":
-                self._level(EXCLUSIVE)
-                self._begin()
-            elif phase == "tail":
-                self._end()
-                if not self.trusted:
-                    self._level(SHARED)
-
-    def stop(self) -> None:
-        """The worker's run is over: later calls change nothing."""
-        with self._mutex:
-            self._end()
-            self._stopped = True
-
-    def _level(self, level: str) -> None:
-        turn = self.turn
-        if self._stopped or turn.path is None or turn.level == level:
-            return
-        if level == SHARED:
-            turn.downgrade()
-        elif turn.intent:
-            turn.upgrade()
-        elif self.trusted:  # idle, its work synchronised: nothing of it on the GPU now
-            turn.release()
-            turn.exclusive(upgradable=True)
-        else:
-            raise RuntimeError("a candidate's calls asked for the GPU to themselves after "
-                               "their timed phases ended")
-
-    def _begin(self) -> None:
-        if self._span is None and not self._stopped:
-            self._span = _clock()
-
-    def _end(self) -> None:
-        if self._span is not None:
-            self.turn.log("timing", self._span, _clock())
-            self._span = None

@@ -27,6 +27,7 @@ from cuda_agent.judge.clock import ClockError, judge_clock
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.judge import Judge
 from cuda_agent.judge.plan import JudgeError, JudgePlan
+from cuda_agent.judge.turn_phases import trusted_job
 from cuda_agent.tasks.task import Task
 
 
@@ -65,7 +66,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         # judges sharing a GPU (config.gpu_lock) hold its turn shared through the first calls
         # (torch.compile's compilation) and exclusive through the timing (judge.gpu_turn)
         turn, worker = judge._turn, judge._worker()
-        with turn.trusted_job() as turns:
+        with trusted_job(turn) as turns:
             try:
                 driver = worker.drive(plan.baseline_driver(), turns=turns)
                 ref = worker.run(plan.job("reference", time=True, bandwidth=True,

@@ -28,6 +28,7 @@ from cuda_agent.judge.guard import ALLOWED
 from cuda_agent.judge.plan import EXTRA_WARMUP_CALLS, EXTRA_WARMUP_S, JudgePlan, kept_reader
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
+from cuda_agent.judge.turn_phases import candidate_job
 
 
 @dataclass(frozen=True)
@@ -85,11 +86,11 @@ def run_candidate(verdict: Verdict, staging: Staging, worker: Worker, job: dict[
     outcome, and its timing and kept calls once it has ended (None if it failed). ``keep``
     takes what the worker leaves (a single-file candidate's build) before it is closed.
     The process starts, runs and ends within the judge's GPU turn, exclusive where its
-    calls are measured (``GpuTurn.candidate_job``): it may use the GPU until it is dead."""
+    calls are measured (``turn_phases.candidate_job``): it may use the GPU until it is dead."""
     plan = staging.plan
     role = "candidate" if process == 1 else f"candidate{process}"
     calls = plan.driver_plan(process)
-    with staging.turn.candidate_job(calls.timed) as turns:
+    with candidate_job(staging.turn, calls.timed) as turns:
         try:
             watch = code_watch(worker)
             driver = worker.drive(calls, kept_reader(worker, plan.device, plan.pack_bytes()),

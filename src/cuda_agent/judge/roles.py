@@ -96,7 +96,7 @@ def _first_call_apart(forward: Any, ns: dict[str, Any], device: str, result: dic
     call (``forward``'s, None where it was made), which for torch.compile is the whole
     compilation, is made before the stand-ins, and the device synchronised, so the judge
     holds the GPU's turn shared through it and exclusive from the first stand-in on
-    (``gpu_turn.PhaseTurns``)."""
+    (``turn_phases``)."""
     result["stage"] = "first_call"
     if forward is not None:
         with torch.no_grad():

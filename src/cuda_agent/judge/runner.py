@@ -47,8 +47,8 @@ from typing import Any
 
 from cuda_agent.judge import calls, device_pack, shared_pack
 from cuda_agent.judge.driver import CallDriver, DriverPlan
-from cuda_agent.judge.gpu_turn import PhaseTurns
 from cuda_agent.judge.report import REPORT_BYTES, WorkerOutcome, outcome, read_small
+from cuda_agent.judge.turn_phases import PhaseTurns
 from cuda_agent.judge.worker import LIFELINE_ENV
 from cuda_agent.procs import Proc, descendants, session_members, snapshot
 

@@ -22,6 +22,7 @@ from cuda_agent.judge.plan import JudgeError, JudgePlan, Reference
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Staging
 from cuda_agent.judge.runner import Worker, WorkerOutcome
+from cuda_agent.judge.turn_phases import trusted_job
 
 
 def reference_first(verdict: Verdict, plan: JudgePlan, worker: Worker, measure: bool,
@@ -31,7 +32,7 @@ def reference_first(verdict: Verdict, plan: JudgePlan, worker: Worker, measure: 
     driven by the judge) and the memory bandwidth; within the judge's GPU ``turn``."""
     job = plan.job("reference", time=measure, bandwidth=measure, tracer=tracer,
                    shared_gpu=measure and turn.path is not None)
-    hold = turn.trusted_job() if measure else turn.hold(SHARED)
+    hold = trusted_job(turn) if measure else turn.hold(SHARED)
     with verdict.phase("reference"), hold as turns:
         if measure:
             worker.drive(plan.baseline_driver(), turns=turns)
