@@ -1,11 +1,15 @@
 """Load benchmark of the judge worker pool (docs/pool.md): throughput and GPU busy time.
 
-    # GPU machine (see device_pool_load.sh, which runs the 1- and 2-GPU cases and the summary)
-    python3 benchmarks/execution/pool_load.py --gpus 0 --jobs auto --out OUT --label 1gpu
+    # GPU machine (see device_pool_load.sh: one GPU with 1 and 3 workers, and the summary)
+    python3 benchmarks/execution/pool_load.py --gpus 0 --jobs-per-gpu 3 --jobs window \
+        --window-s 60 --out OUT --label 1gpu-x3
     python3 benchmarks/execution/pool_load.py --gpus 0,1 --jobs 40 --out OUT --label 2gpu
     python3 benchmarks/execution/pool_load.py --summarize OUT
-    # CPU only (tests the logic): the CPU solution of the built-in task, one CPU worker
+    # CPU only (tests the logic): the CPU solution of the built-in task; with --cpu-lock two
+    # CPU workers share one GPU turn, as the judges on one GPU do
     python3 benchmarks/execution/pool_load.py --device cpu --gpus '' --jobs 3 --out OUT
+    python3 benchmarks/execution/pool_load.py --device cpu --gpus '' --cpu-workers 2 \
+        --cpu-lock --jobs window --window-s 60 --out OUT
 
 The jobs are honest candidates, judged with the default ``JudgeConfig`` (timing on, the
 torch.compile baseline on): the built-in ``gelu_bias_scale`` CUDA solution and the three
@@ -24,8 +28,12 @@ build. The pool has no separate CPU build workers: the build runs inside the GPU
 job (the task's reference runs on the GPU meanwhile), so the GPU waits for nvcc; the report
 gives the build time and the other phases per job, fresh and cached apart.
 
-Measured: wall time from the first submit to the last result, jobs/minute and jobs/minute
-per GPU, verdict counts, how long each worker held a job (worker occupancy), the judge's
+Measured: wall time from the first submit to the last result, jobs/minute, jobs/minute
+per GPU and jobs per GPU-hour (with ``--jobs window`` also over the time jobs were kept
+queued, before the drain), verdict counts, how the GPU's turn was held (from the judges'
+log of it, ``gpu_turn.LOG_ENV``: the share of the window held exclusive, held at all,
+held shared only, with a worker's timed calls running, and the mean number of shared
+holders), how long each worker held a job (worker occupancy), the judge's
 phase times, and the GPU utilisation sampled every 100 ms by ``nvidia-smi --query-gpu=
 index,utilization.gpu -lms 100`` (pynvml if nvidia-smi is missing). ``utilization.gpu`` is
 the percent of time over the driver's last sample period (1/6 s to 1 s, product dependent)
@@ -51,8 +59,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from pool_load_report import STAGES, TOP_PHASES, case_markdown, summarize
-from pool_load_watch import GpuSampler, Monitor
+from pool_load_report import GPU_PHASES, STAGES, TOP_PHASES, case_markdown, summarize
+from pool_load_watch import GpuSampler, Monitor, turn_shares
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_DIR = ROOT / "benchmarks" / "kernelbench_l1"
@@ -94,6 +102,19 @@ def fresh_copy(source: Path, dest: Path, nonce: str) -> Path:
     return dest
 
 
+def feed(pool: Any, found: dict[str, tuple[Any, Path]], make: Any, plan: list, handles: list,
+         depth: int, until: float) -> float:
+    """Keep ``depth`` jobs queued or running until ``until`` (monotonic), each new one made
+    by ``make(k)`` and added to ``plan`` and ``handles``; returns when it stopped."""
+    while time.monotonic() < until:
+        running = sum(not h.done() for h in handles)
+        for _ in range(depth - running):
+            plan.append(make(len(plan)))
+            handles.append(pool.submit(found[plan[-1][0]][0], plan[-1][2]))
+        time.sleep(0.05)
+    return time.monotonic()
+
+
 def is_fresh(index: int, share: float) -> bool:
     """Spread ``share`` of the jobs evenly: job i is fresh when floor((i+1)s) > floor(i s)."""
     return int((index + 1) * share + 1e-9) > int(index * share + 1e-9)
@@ -107,6 +128,7 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's numbering
     from cuda_agent.execution import JobFailed, JudgePool, PoolConfig
     from cuda_agent.judge import JudgeConfig
+    from cuda_agent.judge.gpu_turn import LOG_ENV
     from cuda_agent.results import JudgeResult
 
     began = time.monotonic()
@@ -120,7 +142,14 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         judge = judge.model_copy(update={"time_budget_s": args.time_budget_s})
     if args.baseline_processes is not None:
         judge = judge.model_copy(update={"baseline_processes": args.baseline_processes})
+    if args.cpu_lock and device == "cpu":  # the CPU workers share one turn, as on a GPU
+        judge = judge.model_copy(update={"gpu_lock": str(args.out / f"{args.label}.lock")})
     per_gpu = args.jobs_per_gpu
+    turn_log = None
+    if judge.gpu_lock or (gpus and per_gpu > 1):
+        turn_log = args.out / f"pool_load_{args.label}_turns.jsonl"
+        turn_log.unlink(missing_ok=True)
+        os.environ[LOG_ENV] = str(turn_log)  # the pool's workers inherit it
     pool_cfg = PoolConfig(gpus=gpus, cpu_workers=args.cpu_workers, judge=judge,
                           job_timeout_s=args.job_timeout_s, retries=1, jobs_per_gpu=per_gpu)
     places = [f"gpu{g}" if per_gpu == 1 else f"gpu{g}.{i}" for g in gpus
@@ -172,15 +201,12 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
             print(f"   calibration {report['calibration_s']} s: a fresh job {per_fresh:.1f} s "
                   f"(build {per_build:.1f} s); {jobs} jobs for a ~{window:.0f} s window",
                   flush=True)
-        jobs = int(jobs)
-        plan = []
-        for k in range(jobs):
-            name = mix[k % len(mix)]
-            fresh = is_fresh(k, args.fresh)
-            path = (fresh_copy(found[name][1], scratch / f"j{k}_{name}", f"{run_id}-{k}")
-                    if fresh else found[name][1])
-            plan.append((name, fresh, path))
-        report["jobs"] = jobs
+        def make(k: int) -> tuple[str, bool, Path]:
+            name, fresh = mix[k % len(mix)], is_fresh(k, args.fresh)
+            return name, fresh, (fresh_copy(found[name][1], scratch / f"j{k}_{name}",
+                                            f"{run_id}-{k}") if fresh else found[name][1])
+
+        plan = [make(k) for k in range(0 if jobs == "window" else int(jobs))]
 
         # the measured window
         sampler = GpuSampler(gpus, args.sample_ms)
@@ -190,6 +216,11 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         handles = [pool.submit(found[name][0], path) for name, _, path in plan]
         monitor = Monitor(pool, handles, places)
         deadline = began + args.budget_s - 20
+        t_fed = t0
+        if jobs == "window":  # jobs kept 2 per worker ahead until the window ends
+            t_fed = feed(pool, found, make, plan, handles, 2 * workers,
+                         min(t0 + args.window_s, deadline - args.drain_s))
+        report["jobs"] = len(plan)
         results: list[Any] = []
         for h in handles:
             try:
@@ -213,6 +244,8 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
                 default=time.monotonic())
     t_drain = min(max(monitor.last_queued, t0), t_end)
     window_s = t_end - t0
+    jobs = len(plan)
+    fed = [k for k in completed if monitor.finished.get(k, t_end) <= t_fed]
     ids = [h.id for h in handles]
     checks = {
         "ids_unique": len(set(ids)) == len(ids),
@@ -241,12 +274,15 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         "completed": len(completed), "cut_by_budget": jobs - len(completed),
         "jobs_per_min": round(len(completed) / window_s * 60, 2),
         "jobs_per_min_per_gpu": round(len(completed) / window_s * 60 / units, 2),
+        "jobs_per_gpu_hour": round(len(completed) / window_s * 3600 / units, 1),
+        # jobs kept queued all along (``--jobs window``): the rate before the drain
+        "fed_s": round(t_fed - t0, 2) if t_fed > t0 else None,
+        "jobs_per_gpu_hour_fed": round(len(fed) / (t_fed - t0) * 3600 / units, 1)
+        if t_fed > t0 else None,
         "jobs_per_gpu": per_gpu,
-        # the share of the window in which each GPU's turn (JudgeConfig.gpu_lock) was held;
-        # with one worker per GPU there is no lock: the worker's occupancy stands for it
-        "gpu_turn_share": round(sum(dict(r.phases).get("gpu_held", 0.0) for r in results
-                                    if r is not None and hasattr(r, "phases"))
-                                / (window_s * units), 3) if per_gpu > 1 else None,
+        # how each GPU's turn (JudgeConfig.gpu_lock) was held over the window, from the
+        # judges' log; with one worker per GPU there is no lock: its occupancy stands for it
+        "turn": turn_shares(turn_log, t0, t_end) if turn_log is not None else {},
         "checks": checks, "ok": all(checks.values()) and window_s > 0,
         "verdicts": verdicts,
         "failures": [f"job {k} {plan[k][0]}: {reason(r)[:300]}"
@@ -307,7 +343,7 @@ def phase_means(results: list[Any]) -> dict[str, Any]:
         return {}
     table = {"jobs": len(results),
              "judge_s": round(statistics.fmean(r.seconds for r in results), 3)}
-    for key in (*TOP_PHASES, *STAGES):
+    for key in (*TOP_PHASES, *GPU_PHASES, *STAGES):
         table[key] = round(statistics.fmean(dict(r.phases).get(key, 0.0) for r in results), 3)
     table["other"] = round(table["judge_s"] - sum(table[k] for k in TOP_PHASES), 3)
     return table
@@ -335,9 +371,16 @@ def main() -> int:
     parser.add_argument("--cpu-workers", type=int, default=1)
     parser.add_argument("--jobs-per-gpu", type=int, default=1,
                         help="judge workers per GPU (PoolConfig.jobs_per_gpu)")
-    parser.add_argument("--jobs", default="auto", help="number of jobs, or 'auto': sized "
-                        "from a calibration round so the window lasts about --window-s")
+    parser.add_argument("--jobs", default="auto", help="number of jobs; 'auto': sized "
+                        "from a calibration round so the window lasts about --window-s; "
+                        "'window': jobs kept two per worker ahead for --window-s, then "
+                        "drained")
     parser.add_argument("--window-s", type=float, default=110.0)
+    parser.add_argument("--drain-s", type=float, default=30.0,
+                        help="with --jobs window: time left for the last jobs to end")
+    parser.add_argument("--cpu-lock", action="store_true",
+                        help="CPU only: the CPU workers share one GPU turn (tests the "
+                        "turn's figures without a GPU)")
     parser.add_argument("--max-jobs", type=int, default=400)
     parser.add_argument("--budget-s", type=float, default=320.0,
                         help="the whole run, warm-up included; jobs not done by then fail")
@@ -360,8 +403,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.summarize:
         return summarize(args.summarize)
-    if args.jobs != "auto" and not args.jobs.isdigit():
-        parser.error("--jobs: a number or 'auto'")
+    if args.jobs not in ("auto", "window") and not args.jobs.isdigit():
+        parser.error("--jobs: a number, 'auto' or 'window'")
     if not 0.0 <= args.fresh <= 1.0:
         parser.error("--fresh: between 0 and 1")
     if args.device == "cuda" and not args.gpus.strip():

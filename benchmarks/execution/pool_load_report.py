@@ -11,8 +11,12 @@ TOP_PHASES = ("build", "reference", "collect_reference", "baselines", "candidate
               "collect_candidate", "compare", "compare_timed")
 STAGES = ("reference.start", "reference.preloaded", "reference.forward", "reference.timing",
           "candidate.start", "candidate.preloaded", "candidate.forward", "candidate.timing")
+GPU_PHASES = ("workers_start", "gpu_wait", "gpu_held", "gpu_exclusive")
+"""The GPU's turn per job (``gpu_lock``): they overlap the phases above, so they stand apart."""
 BUSY_TARGET = 0.90
 SCALING_TARGET = 1.8
+RATE_TARGET = 1500.0
+"""Judgements per GPU-hour with three workers per GPU (issue 31)."""
 
 
 def pct(value: float | None) -> str:
@@ -31,6 +35,10 @@ def case_markdown(r: dict[str, Any]) -> str:
              f"| jobs/min | {r['jobs_per_min']:.1f} |",
              f"| jobs/min per {'GPU' if r['gpus'] else 'worker'} | "
              f"{r['jobs_per_min_per_gpu']:.1f} |",
+             f"| jobs per {'GPU' if r['gpus'] else 'worker'}-hour | "
+             f"{r.get('jobs_per_gpu_hour', '-')}"
+             + (f" ({r['jobs_per_gpu_hour_fed']} while jobs were kept queued, "
+                f"{r['fed_s']:.0f} s)" if r.get("jobs_per_gpu_hour_fed") else "") + " |",
              f"| warm-up (not measured) | {r.get('warmup_s', 0)} s"
              f"{', calibration ' + str(r['calibration_s']) + ' s' if 'calibration_s' in r else ''}"
              " |",
@@ -39,6 +47,23 @@ def case_markdown(r: dict[str, Any]) -> str:
              f"| worker occupancy (held a job / window) | "
              f"{', '.join(f'{p} {pct(v)}' for p, v in r['worker_occupancy'].items())} |",
              f"| mean time a worker held a job | {r['held_s_mean']:.2f} s |"]
+    if r.get("turn"):
+        lines += ["", "The GPU's turn over the window (judges' log; shares of the window): "
+                  "exclusive = a judge's timed phases, shared only = untimed GPU work of one "
+                  "judge or more, timing = a worker's timed calls running, depth = judges "
+                  "holding it shared at once, on average:", "",
+                  "| lock | held | exclusive | shared only | timing | depth |",
+                  "|---|---|---|---|---|---|"]
+        for lock, t in r["turn"].items():
+            lines.append(f"| {Path(lock).name} | {pct(t['held'])} | {pct(t['exclusive'])} | "
+                         f"{pct(t['shared_only'])} | {pct(t['timing'])} | "
+                         f"{t['shared_depth']} |")
+        held = [p["gpu_exclusive"] for p in r["phases"].values() if p.get("gpu_exclusive")]
+        if held:
+            per_job = sum(held) / len(held)
+            lines += ["", f"A job held the turn exclusive {per_job:.2f} s on average: at most "
+                      f"{3600 / per_job:.0f} judgements per GPU-hour while timing stays "
+                      "exclusive."]
     if r["gpus"]:
         lines += ["", f"GPU utilisation ({r['util_source']}; utilization.gpu = share of the "
                   "sample period in which any kernel ran, not SM occupancy):", "",
@@ -49,7 +74,7 @@ def case_markdown(r: dict[str, Any]) -> str:
             for g, u in r[key].items():
                 lines.append(f"| {g} | {name} | {u['samples']} | {pct(u['mean_util'])} | "
                              f"{pct(u['busy_share'])} |")
-    keys = [k for k in ("judge_s", *TOP_PHASES, "other", *STAGES)
+    keys = [k for k in ("judge_s", *TOP_PHASES, "other", *GPU_PHASES, *STAGES)
             if any(r["phases"][c].get(k) for c in ("fresh", "cached"))]
     lines += ["", "Judge phases, mean seconds per job (build, compare and the worker "
               "processes' start-up run on the CPU; reference and candidate are the GPU "
@@ -74,9 +99,9 @@ def case_markdown(r: dict[str, Any]) -> str:
 
 def summary_markdown(cases: list[dict[str, Any]]) -> str:
     lines = ["## Judge pool load", "",
-             "| case | workers | jobs | window s | jobs/min | jobs/min/GPU | GPU turn held | "
-             "GPU util (queue non-empty) | util > 0 (queue non-empty) | all correct, "
-             "none lost |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| case | workers | jobs | window s | jobs/min | jobs/GPU-hour (while fed) | "
+             "turn held / exclusive / timing | GPU util (queue non-empty) | util > 0 (queue "
+             "non-empty) | all correct, none lost |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in cases:
         if "window_s" not in r:
             lines.append(f"| {r['label']} | {r.get('workers')} | - | - | - | - | - | - | - | "
@@ -85,13 +110,15 @@ def summary_markdown(cases: list[dict[str, Any]]) -> str:
         util = r["util_while_queued"]
         mean = ", ".join(pct(u["mean_util"]) for u in util.values()) or "n/a"
         busy = ", ".join(pct(u["busy_share"]) for u in util.values()) or "n/a"
+        turn = "; ".join(f"{pct(t['held'])} / {pct(t['exclusive'])} / {pct(t['timing'])}"
+                         for t in (r.get("turn") or {}).values()) or "-"
+        fed = f" ({r['jobs_per_gpu_hour_fed']})" if r.get("jobs_per_gpu_hour_fed") else ""
         lines.append(f"| {r['label']} | {r['workers']} | {r['jobs']} | {r['window_s']:.1f} | "
-                     f"{r['jobs_per_min']:.1f} | {r['jobs_per_min_per_gpu']:.1f} | "
-                     f"{pct(r['gpu_turn_share']) if r.get('gpu_turn_share') is not None else '-'}"
-                     f" | {mean} | "
-                     f"{busy} | {'yes' if r['ok'] else 'NO'} |")
+                     f"{r['jobs_per_min']:.1f} | {r.get('jobs_per_gpu_hour', '-')}{fed} | "
+                     f"{turn} | {mean} | {busy} | {'yes' if r['ok'] else 'NO'} |")
     done = [r for r in cases if "window_s" in r and r["gpus"]]
-    one = next((r for r in done if len(r["gpus"]) == 1), None)
+    one = next((r for r in done if len(r["gpus"]) == 1
+                and r.get("jobs_per_gpu") == max(c.get("jobs_per_gpu", 1) for c in done)), None)
     two = next((r for r in done if len(r["gpus"]) == 2), None)
     lines.append("")
     for r in done:
@@ -99,10 +126,23 @@ def summary_markdown(cases: list[dict[str, Any]]) -> str:
         lines.append(f"- {r['label']}: lowest mean GPU utilisation while the queue was "
                      f"non-empty {worst:.0%} (target {BUSY_TARGET:.0%}: "
                      f"{'met' if worst >= BUSY_TARGET else 'NOT met'})")
-        if r.get("gpu_turn_share") is not None:
-            lines.append(f"- {r['label']}: each GPU's turn (its lock) held "
-                         f"{r['gpu_turn_share']:.0%} of the window (target {BUSY_TARGET:.0%}: "
-                         f"{'met' if r['gpu_turn_share'] >= BUSY_TARGET else 'NOT met'})")
+        for lock, t in (r.get("turn") or {}).items():
+            lines.append(f"- {r['label']}: {Path(lock).name}'s turn held {t['held']:.0%} of "
+                         f"the window, {t['exclusive']:.0%} exclusive (busy target "
+                         f"{BUSY_TARGET:.0%} held: "
+                         f"{'met' if t['held'] >= BUSY_TARGET else 'NOT met'})")
+        if r.get("jobs_per_gpu") == 3 and r.get("jobs_per_gpu_hour") is not None:
+            rate = r["jobs_per_gpu_hour"]
+            lines.append(f"- {r['label']}: {rate:.0f} judgements per GPU-hour with 3 workers "
+                         f"per GPU (target {RATE_TARGET:.0f}: "
+                         f"{'met' if rate >= RATE_TARGET else 'NOT met'})")
+    rates = {r["jobs_per_gpu"]: r for r in done if len(r["gpus"]) == 1
+             and r.get("jobs_per_gpu_hour")}
+    if 1 in rates and len(rates) > 1:
+        base = rates[1]["jobs_per_gpu_hour"]
+        lines += [f"- {n} workers on one GPU against 1: "
+                  f"{r['jobs_per_gpu_hour'] / base:.2f}x judgements per GPU-hour"
+                  for n, r in sorted(rates.items()) if n != 1]
     if one and two:
         ratio = two["jobs_per_min"] / one["jobs_per_min"]
         cut = [r["label"] for r in (one, two) if r.get("cut_by_budget")]
@@ -113,20 +153,21 @@ def summary_markdown(cases: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-SUMMARY_KEYS = ("label", "gpus", "workers", "jobs", "completed", "cut_by_budget", "window_s",
-                "jobs_per_min", "jobs_per_min_per_gpu", "gpu_turn_share", "ok",
+SUMMARY_KEYS = ("label", "gpus", "workers", "jobs_per_gpu", "jobs", "completed",
+                "cut_by_budget", "window_s", "jobs_per_min", "jobs_per_min_per_gpu",
+                "jobs_per_gpu_hour", "jobs_per_gpu_hour_fed", "turn", "ok",
                 "util_while_queued", "error")
 
 
 def summarize(out: Path) -> int:
     cases = [json.loads(p.read_text()) for p in sorted(out.glob("pool_load_*.json"))]
-    cases.sort(key=lambda r: len(r.get("gpus", [])))
-    # a case carried from an earlier call's summary (CASE1) has no details to print
+    cases.sort(key=lambda r: (len(r.get("gpus", [])), r.get("jobs_per_gpu", 1)))
+    # a case carried from an earlier call's summary has no details to print
     text = summary_markdown(cases) + "\n" + "\n".join(case_markdown(r) for r in cases
                                                         if "phases" in r)
     (out / "pool_load.md").write_text(text)
     summary = {"cases": {r["label"]: {k: r.get(k) for k in SUMMARY_KEYS} for r in cases}}
-    by_gpus = {len(r.get("gpus", [])): r for r in cases if "window_s" in r}
+    by_gpus = {len(r.get("gpus", [])): r for r in cases if "window_s" in r}  # the last case
     if 1 in by_gpus and 2 in by_gpus:
         summary["scaling_2_over_1"] = round(by_gpus[2]["jobs_per_min"]
                                             / by_gpus[1]["jobs_per_min"], 3)

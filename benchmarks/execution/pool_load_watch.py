@@ -1,15 +1,17 @@
-"""Watching a pool load run: GPU utilisation from nvidia-smi and where each job ran when
-(used by ``pool_load.py``)."""
+"""Watching a pool load run: GPU utilisation from nvidia-smi, where each job ran when, and
+how the GPU's turn was held (used by ``pool_load.py``)."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import json
 import shutil
 import statistics
 import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -107,7 +109,8 @@ class Monitor:
         return self.places[pids.index(pid)] if pid in pids else f"pid{pid}"
 
     def _run(self) -> None:
-        while not self._stop.is_set() and not self._poll():
+        while not self._stop.is_set():  # jobs may still be added to ``handles``
+            self._poll()
             self._stop.wait(self._period)
 
     def _poll(self) -> bool:
@@ -135,3 +138,42 @@ class Monitor:
         self._stop.set()
         self._thread.join(5)
         self._poll()
+
+
+def turn_shares(log: Path, start: float, end: float) -> dict[str, dict[str, float]]:
+    """How each GPU's turn was held over ``[start, end]`` (monotonic seconds), from the
+    judges' log of it (``gpu_turn.LOG_ENV``), per lock file: the share of the window it was
+    held ``exclusive``; ``held`` at all (shared by one judge or more, or exclusive);
+    ``shared_only`` (held, but by no exclusive holder: untimed GPU work of one judge or
+    more); ``timing`` (a worker's timed calls running); and ``shared_depth``, the mean
+    number of judges holding it shared while any did."""
+    rows = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+    window = end - start
+    out: dict[str, dict[str, float]] = {}
+    for lock in sorted({r["lock"] for r in rows}):
+        def spans(kind: str, lock: str = lock) -> list[tuple[float, float]]:
+            return [(max(r["start"], start), min(r["end"], end)) for r in rows
+                    if r["lock"] == lock and r["kind"] == kind
+                    and r["end"] > start and r["start"] < end]
+
+        exclusive, shared = spans("exclusive"), spans("shared")
+        held = _union([*exclusive, *shared])
+        shared_any = _union(shared)
+        out[lock] = {
+            "exclusive": round(sum(e - s for s, e in exclusive) / window, 3),
+            "held": round(held / window, 3),
+            "shared_only": round((held - sum(e - s for s, e in exclusive)) / window, 3),
+            "timing": round(_union(spans("timing")) / window, 3),
+            "shared_depth": round(sum(e - s for s, e in shared) / shared_any, 2)
+            if shared_any else 0.0}
+    return out
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    """The seconds covered by any of ``spans``."""
+    total, reach = 0.0, float("-inf")
+    for s, e in sorted(spans):
+        if e > reach:
+            total += e - max(s, reach)
+            reach = e
+    return total

@@ -101,8 +101,9 @@ def test_one_worker_per_visible_gpu():
 
 @pytest.mark.gpu
 def test_several_jobs_per_gpu_take_turns_on_it():
-    """Three workers on GPU 0 share its lock: every job is judged correct and timed, and each
-    ran its reference, candidate and comparisons inside its GPU turn."""
+    """Three workers on GPU 0 share its lock: every job is judged correct and timed, each
+    ran its reference, candidate and comparisons inside its GPU turn, and held it exclusive
+    for part of that (its timed calls)."""
     task = load_task("builtin:gelu_bias_scale")
     config = PoolConfig(gpus=[0], jobs_per_gpu=3, judge=JudgeConfig(device="cuda"))
     with JudgePool(config) as pool:
@@ -112,3 +113,4 @@ def test_several_jobs_per_gpu_take_turns_on_it():
         assert isinstance(result, JudgeResult) and result.correct, result
         phases = dict(result.phases)
         assert result.runtime_ms and phases["gpu_held"] >= phases["candidate"]
+        assert 0 < phases["gpu_exclusive"] < phases["gpu_held"]

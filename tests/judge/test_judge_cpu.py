@@ -321,7 +321,8 @@ def test_outputs_over_the_budget_are_checked_in_fewer_trials(scale_add_task: Pat
 def test_a_shared_gpu_lock_makes_the_judge_wait_for_its_turn(tmp_path: Path,
                                                              scale_add_task: Path):
     """With ``gpu_lock`` the judge runs its reference, candidate and comparisons only while
-    it holds the lock: held elsewhere, the judgement waits, then ends once it is free."""
+    it holds the GPU's turn: held exclusive elsewhere, the judgement waits, then ends once
+    it is free."""
     import fcntl
     import os
     import threading
@@ -347,7 +348,7 @@ def test_a_shared_gpu_lock_makes_the_judge_wait_for_its_turn(tmp_path: Path,
     os.close(fd)
     thread.join(300)
     phases = dict(results[0].phases)
-    assert phases["gpu_wait"] >= 6.0, phases  # the workers start within the first 2 s
+    assert phases["gpu_wait"] + phases["workers_start"] >= 6.0, phases
     assert phases["gpu_held"] > 0 and "reference" in phases
     assert results[0].compiled  # judged (this plain-PyTorch answer is then refused)
 
@@ -381,6 +382,60 @@ def test_judges_sharing_a_gpu_lock_measure_a_new_task_s_baselines_once(tmp_path:
     assert len(results) == 2 and all(r.correct for r in results), results
     assert results[0].eager_timing == results[1].eager_timing  # one measurement, shared
     assert results[0].eager_timing.runs >= 5
+
+
+def test_judges_sharing_a_gpu_lock_time_only_while_no_other_judge_holds_it(
+        tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch):
+    """Two timed judgements at once under one GPU lock, the holds and timed spans logged
+    (``gpu_turn.LOG_ENV``): every timed span of a judge's workers (stand-ins; warm-up's end
+    to tail's end) lies inside an exclusive hold of that judge, and no exclusive hold
+    overlaps any hold of the other judge."""
+    import json
+    import threading
+    import uuid
+
+    from cuda_agent.judge.gpu_turn import LOG_ENV
+    from tests.conftest import SCALE_ADD_TASK
+
+    log = tmp_path / "turns.jsonl"
+    monkeypatch.setenv(LOG_ENV, str(log))
+    task = tmp_path / "fresh.py"  # baselines not cached: one judge measures them
+    task.write_text(SCALE_ADD_TASK + f"\n# {uuid.uuid4().hex}\n")
+    config = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
+                         trials=2, scales=(), gpu_lock=str(tmp_path / "gpu0.lock"))
+    results = []
+
+    def run() -> None:
+        with Judge(config) as one:
+            results.append(one.judge(load_task(task), Candidate.from_ref(workspace)))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(600)
+    assert len(results) == 2 and all(r.correct for r in results), results
+    spans: dict[str, list[dict]] = {}
+    for line in log.read_text().splitlines():
+        span = json.loads(line)
+        spans.setdefault(span["turn"], []).append(span)
+    assert len(spans) == 2, spans.keys()
+    for name, own in spans.items():
+        exclusive = [s for s in own if s["kind"] == "exclusive"]
+        timed = [s for s in own if s["kind"] == "timing"]
+        assert len(timed) >= 2, own  # the candidate's stand-ins and its timed calls
+        for span in timed:
+            assert any(e["start"] <= span["start"] and span["end"] <= e["end"]
+                       for e in exclusive), (span, exclusive)
+        others = [s for other, theirs in spans.items() if other != name for s in theirs
+                  if s["kind"] != "timing"]
+        for mine in exclusive:
+            for theirs in others:
+                assert mine["end"] <= theirs["start"] or theirs["end"] <= mine["start"], \
+                    (mine, theirs)
+    for result in results:
+        phases = dict(result.phases)
+        assert 0 < phases["gpu_exclusive"] < phases["gpu_held"], phases
 
 
 def test_a_reference_without_a_float64_twin_is_not_called_over_budget(tmp_path: Path,

@@ -46,8 +46,9 @@ class PoolConfig(BaseModel):
     cpu_workers: int = Field(1, ge=1, description="Workers when judging on the CPU.")
     jobs_per_gpu: int = Field(
         1, ge=1, description="Judge workers per GPU. Above 1 one job's CPU work (worker "
-        "start-up, build, checks) overlaps another's GPU work; the GPU work of the jobs on "
-        "one GPU takes turns under a lock (JudgeConfig.gpu_lock), so timings stay exclusive.")
+        "start-up, build, checks) and untimed GPU work overlap another's; the jobs on one "
+        "GPU share its turn (JudgeConfig.gpu_lock), held exclusive through every timed "
+        "phase, so timings stay exclusive.")
     job_timeout_s: float = Field(
         900.0, gt=0, description="A worker busy with one job longer than this is killed and "
         "replaced; the job is retried.")

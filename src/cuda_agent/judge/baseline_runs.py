@@ -14,15 +14,17 @@ from typing import Any
 
 from cuda_agent.judge import baselines as baseline_cache
 from cuda_agent.judge.clock import ClockError, JudgeClock, judge_clock
+from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.retime import Timed
 from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
+from cuda_agent.judge.turn_phases import trusted_job
 from cuda_agent.judge.verify import bounded, run_stats
 from cuda_agent.results import TimingStats
 
 
 def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | None,
-                   new_worker: Callable[[], Worker], tracer: str | None, **extra: Any
+                   new_worker: Callable[[], Worker], tracer: str | None, turn: GpuTurn
                    ) -> baseline_cache.Baselines:
     """Eager time from the reference and up to ``plan.baseline_processes - 1`` more
     processes, torch.compile's from up to that many processes (all started at once, timed
@@ -30,7 +32,9 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
     two or more of its medians agree within ``AGREE`` x the interval the judge aims at: more
     processes average away offsets between processes, and where there are none worth the
     name they only cost time. ``tracer`` is the fixed layer the timing jobs load (the
-    device timer on CUDA); ``extra`` goes into them (``measure`` passes its ``gpu_turn``)."""
+    device timer on CUDA). Each process holds the judge's GPU ``turn`` shared from its job on
+    (torch.compile's compilation, its first call, made apart) and exclusive through its
+    stand-ins and timing (``turn_phases``), and ends within it."""
     cfg = plan.cfg
     timed = ref.result.get("samples_ms") and ref_clock is not None
     runs: dict[str, list[Timed]] = {"eager": [Timed(ref, ref_clock, [])] if timed else [],
@@ -43,10 +47,12 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
         for role in ("eager", "compile"):
             while len(runs[role]) < most[role] and not _agree(runs[role], tolerance):
                 worker = spares.pop()
-                driver = worker.drive(plan.baseline_driver())
-                done = worker.run(plan.job(role, time=True, tracer=tracer, **extra),
-                                  cfg.process_timeout_s)
-                worker.close()
+                job = plan.job(role, time=True, tracer=tracer,
+                               shared_gpu=turn.path is not None)
+                with trusted_job(turn) as turns:
+                    driver = worker.drive(plan.baseline_driver(), turns=turns)
+                    done = worker.run(job, cfg.process_timeout_s)
+                    worker.close()
                 name = "torch.compile" if role == "compile" else "eager"
                 if not done.ok:
                     raise JudgeError(f"{name} baseline failed: {done.failure}")

@@ -136,9 +136,12 @@ class JudgeConfig(BaseModel):
         "outputs) the reference reports at most, in GiB; over it fewer are checked, at "
         "least two trials and one timed set (judge.budget), and the verdict says so.")
     gpu_lock: str | None = Field(
-        None, description="A lock file held from the reference run to the last comparison "
-        "(judge.gpu_turn): judges sharing a GPU take turns there and overlap the rest. None: "
-        "no lock (the judge has the GPU to itself). The pool sets it for jobs_per_gpu > 1.")
+        None, description="The GPU's turn, shared by the judges on one GPU (judge.gpu_turn: "
+        "this file and .gate, .intent, .baselines beside it): held exclusive through every "
+        "timed phase (stand-ins, warm-up's end to tail's end, baselines included) and shared "
+        "through the other GPU work, so no timing overlaps another judge's GPU work while "
+        "untimed work overlaps. None: no lock (the judge has the GPU to itself). The pool "
+        "sets it for jobs_per_gpu > 1.")
     memory_limit_gb: float = Field(32.0, description="Address-space limit of CPU workers.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")

@@ -35,6 +35,7 @@ import torch
 from cuda_agent.judge.calls import PHASES, Closed, Lines, ProtocolError
 from cuda_agent.judge.cpu_clock import CpuMark, ProcessCpu, open_process
 from cuda_agent.judge.secret import Keyed
+from cuda_agent.judge.turn_phases import PhaseTurns
 
 _clock = time.perf_counter
 SEED_BITS = 62
@@ -167,8 +168,12 @@ class CallDriver:
     def __init__(self, lines: Lines, plan: DriverPlan,
                  read_kept: Callable[[dict[str, Any]], tuple[list[Any], list[Any]]] | None,
                  at_counted: Callable[[], None] | None = None,
-                 pid_of: Callable[[], int | None] | None = None):
+                 pid_of: Callable[[], int | None] | None = None,
+                 turns: PhaseTurns | None = None):
         self.lines, self.plan, self.read_kept = lines, plan, read_kept
+        self.turns = turns
+        """What each phase needs of the judge's GPU turn (``turn_phases.PhaseTurns``), settled
+        before the worker hears of a call or of a phase's end."""
         self._pid_of = pid_of
         """The worker's interpreter, looked up at its first message (before any candidate
         code): the process whose CPU time the judge reads around every call."""
@@ -286,7 +291,11 @@ class CallDriver:
             ends = stop or len(made) >= MAX_RECORD
         if ends:
             self._ended.add(phase)
+            if self.turns is not None:
+                self.turns.ended(phase)
             return None
+        if self.turns is not None:
+            self.turns.before(phase)
         scale = None
         if phase in COUNTED and phase != "record" and self._scaled:
             number = sum(r.phase in COUNTED for r in self.records) + 1

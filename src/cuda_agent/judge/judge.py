@@ -12,6 +12,8 @@ bounded by the judge's clock; 10. reward.
 
 What only serves latency sits beside these steps (``schedule``): spare workers started
 ahead, the reference's first job run during the build, the candidate's workers staged then.
+Where judges share a GPU (``gpu_lock``), each step holds the GPU's turn as its GPU work
+needs (``gpu_turn``): exclusive for what is timed, shared for the rest.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from cuda_agent.judge import confine
 from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JudgeConfig
-from cuda_agent.judge.gpu_turn import GpuTurn
+from cuda_agent.judge.gpu_turn import SHARED, GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Staging, run_candidate, time_again
@@ -156,16 +158,18 @@ class Judge:
             try:
                 return self._steps(verdict, plan, snapshot, candidate.kind, workers, profile)
             finally:
-                for worker in workers:
-                    worker.close()
+                with self._turn.hold(SHARED):  # a worker's exit (its CUDA context's) too
+                    close_all(workers)
 
     def _steps(self, verdict: Verdict, plan: JudgePlan, snapshot: Path, kind: str,
                workers: list[Worker], profile: bool) -> JudgeResult:
-        """Steps 3-10; where the GPU is shared (``gpu_lock``) its turn is held from the
-        reference to the last comparison, the build and the workers' start-up outside it."""
+        """Steps 3-10. Where the GPU is shared (``gpu_lock``) each step holds its turn as its
+        GPU work needs (``gpu_turn``): timed phases exclusive, the rest shared, the build and
+        the workers' start-up not at all."""
         cfg = self.config
-        staging = Staging(plan, snapshot, kind, self.device)
+        staging = Staging(plan, snapshot, kind, self.device, self._turn)
         cached = self._cached(plan) if cfg.time else None
+        before = self._turn.totals()
         with Ahead(self, verdict, plan, staging, workers, cached) as ahead:  # 3, 4 beside
             if kind == "workspace":
                 with verdict.phase("build"):
@@ -173,36 +177,21 @@ class Judge:
                 if not verdict.build.ok:
                     first = "; ".join(str(d) for d in verdict.build.errors[:3]) or "see log"
                     return verdict.fail(f"build failed: {first}")
-            if cfg.gpu_lock is None:
-                return self._on_gpu(verdict, plan, staging, workers, ahead, cached, profile)
-            with verdict.phase("gpu_wait"):
-                for worker in workers:  # interpreter start-up is CPU work: not in the turn
-                    worker.wait_idle(cfg.process_timeout_s)
-                self._turn.acquire()
-            held = time.perf_counter()
-            try:
-                result = self._on_gpu(verdict, plan, staging, workers, ahead, cached, profile)
-            finally:
-                self._turn.release()
-            held = time.perf_counter() - held  # the verdict's phases are final by now
-            return dataclasses.replace(result, phases=(*result.phases, ("gpu_held", held)))
+            result = self._on_gpu(verdict, plan, staging, workers, ahead, cached, profile)
+        return self._turn_phases(result, before)
 
     def _on_gpu(self, verdict: Verdict, plan: JudgePlan, staging: Staging,
                 workers: list[Worker], ahead: Ahead, cached: Any, profile: bool
                 ) -> JudgeResult:
         """Steps 4-10, each in order."""
         cfg, (ref_worker, *cand_workers) = self.config, workers
-        (ref, ref_clock), staged = ahead.join()  # 4
-        if cfg.time and cached is None:
-            cached = self._cached(plan)  # measured meanwhile in another judge's turn
-        with verdict.phase("baselines"):  # 5
-            base = cached or time_baselines(plan, ref, ref_clock, self._worker, self._timer())
+        ref, staged, base = self._reference_and_baselines(verdict, plan, ahead, cached)  # 4, 5
         if cfg.time and not cfg.store_baselines:
             self._baselines[plan.baseline_key] = base
         job = plan.job("candidate", timing=plan.candidate_timing(), profile=profile,
                        extension=verdict.build.extension_path if verdict.build else None,
                        tracer=None if verdict.build else self.builder.build_tracer())
-        done, first = run_candidate(verdict, plan, cand_workers[0], {**job, **staged[0]}, 1,
+        done, first = run_candidate(verdict, staging, cand_workers[0], {**job, **staged[0]}, 1,
                                     keep=lambda w: confine.keep_inline_cache(
                                         w, staging.snapshot, staging.kind))
         verdict.compiled = done.ok or done.result.get("stage") not in (
@@ -220,18 +209,47 @@ class Judge:
             runs += again
         if cfg.check:
             kept = plan.checked_order([s for run in runs for s in run.kept])
-            with verdict.phase("reference_kept"):  # 7
-                answers = ahead.answers(ref_worker, kept)
-            with verdict.phase("compare"):  # 8
-                if not check_kept(verdict, answers, kept, plan.key, plan.task.precision.value,
-                                  cfg):
-                    return verdict.finish(cfg.faster_margin)
+            with self._turn.hold(SHARED):
+                with verdict.phase("reference_kept"):  # 7
+                    answers = ahead.answers(ref_worker, kept)
+                with verdict.phase("compare"):  # 8
+                    if not check_kept(verdict, answers, kept, plan.key,
+                                      plan.task.precision.value, cfg):
+                        return verdict.finish(cfg.faster_margin)
         verdict.correct = cfg.check
         if cfg.time and verdict.correct:
             if not all(check_run(verdict, run, base) for run in runs[1:]):
                 return verdict.finish(cfg.faster_margin)
             check_timing(verdict, runs, base, ref.result.get("io_bytes"), cfg)  # 9
         return verdict.finish(cfg.faster_margin)  # 10
+
+    def _reference_and_baselines(self, verdict: Verdict, plan: JudgePlan, ahead: Ahead,
+                                 cached: Any) -> tuple[Any, list[dict[str, Any]], Any]:
+        """Steps 4 and 5: the reference's first outcome, the candidate workers' staged job
+        fields and the baselines, cached or measured. Judges sharing a GPU measure a new
+        task's baselines one at a time (``GpuTurn.first_to_measure``); one that waited
+        looks for them again first (the judge before it measured them)."""
+        measuring = self._turn.first_to_measure() if ahead.measure else contextlib.nullcontext()
+        with measuring:
+            if ahead.measure and (found := self._cached(plan)) is not None:
+                cached, ahead.measure = found, False
+            (ref, ref_clock), staged = ahead.join()
+            with verdict.phase("baselines"):
+                base = cached or time_baselines(plan, ref, ref_clock, self._worker,
+                                                self._timer(), self._turn)
+        return ref, staged, base
+
+    def _turn_phases(self, result: JudgeResult, before: tuple[float, float, float]
+                     ) -> JudgeResult:
+        """The verdict's phases with the judgement's GPU turn: ``gpu_wait`` (waiting for it),
+        ``gpu_held`` (holding it, shared or exclusive) and ``gpu_exclusive``."""
+        if self._turn.path is None:
+            return result
+        waited, shared, exclusive = (now - then for now, then
+                                     in zip(self._turn.totals(), before, strict=True))
+        return dataclasses.replace(result, phases=(
+            *result.phases, ("gpu_wait", round(waited, 4)),
+            ("gpu_held", round(shared + exclusive, 4)), ("gpu_exclusive", round(exclusive, 4))))
 
     def _cached(self, plan: JudgePlan) -> Any:
         if not self.config.cache_baselines:

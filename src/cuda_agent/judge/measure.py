@@ -8,8 +8,9 @@ jobs, timing settings and cache key, so a later judgement of the same task on th
 device (and settings) reads the figures from the cache instead of timing them again.
 
 Several processes may measure on one GPU when they share ``JudgeConfig.gpu_lock``: each
-worker makes its first call (for torch.compile, the compilation) outside the lock, then
-holds it through warm-up and timing, so timings stay exclusive.
+holds the GPU's turn shared through a worker's first call (for torch.compile, the
+compilation) and exclusive through its stand-ins and timing (``gpu_turn``), so timings stay
+exclusive while compilations overlap.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from cuda_agent.judge.clock import ClockError, judge_clock
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.judge import Judge
 from cuda_agent.judge.plan import JudgeError, JudgePlan
+from cuda_agent.judge.turn_phases import trusted_job
 from cuda_agent.tasks.task import Task
 
 
@@ -61,16 +63,18 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         if cached is not None:
             return MeasuredBaselines(cached, True, plan.baseline_key, judge.device,
                                      time.perf_counter() - start)
-        # processes sharing a GPU (config.gpu_lock) time in turns, each taking its turn
-        # itself after its first call (the compilation runs outside it)
-        turn = {"gpu_turn": config.gpu_lock} if config.gpu_lock else {}
-        worker = judge._worker()
-        try:
-            driver = worker.drive(plan.baseline_driver())
-            ref = worker.run(plan.job("reference", time=True, bandwidth=True,
-                                      tracer=judge._timer(), **turn), config.process_timeout_s)
-        finally:
-            worker.close()
+        # judges sharing a GPU (config.gpu_lock) hold its turn shared through the first calls
+        # (torch.compile's compilation) and exclusive through the timing (judge.gpu_turn)
+        turn, worker = judge._turn, judge._worker()
+        with trusted_job(turn) as turns:
+            try:
+                driver = worker.drive(plan.baseline_driver(), turns=turns)
+                ref = worker.run(plan.job("reference", time=True, bandwidth=True,
+                                          tracer=judge._timer(),
+                                          shared_gpu=turn.path is not None),
+                                 config.process_timeout_s)
+            finally:
+                worker.close()
         if not ref.ok:
             raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
                              f"{ref.stderr_tail[-800:]}")
@@ -78,7 +82,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
             clock = judge_clock(driver.records)
         except ClockError as exc:
             raise JudgeError(f"reference's calls could not be timed: {exc}") from None
-        base = time_baselines(plan, ref, clock, judge._worker, judge._timer(), **turn)
+        base = time_baselines(plan, ref, clock, judge._worker, judge._timer(), turn)
     return MeasuredBaselines(base, False, plan.baseline_key, judge.device,
                              time.perf_counter() - start)
 

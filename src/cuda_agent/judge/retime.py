@@ -22,11 +22,13 @@ from cuda_agent.build.link import FIXED_PREFIX
 from cuda_agent.judge import confine
 from cuda_agent.judge.clock import ClockError, JudgeClock, judge_clock
 from cuda_agent.judge.code_hold import CodeWatch
-from cuda_agent.judge.driver import COUNTED, Snapshot
+from cuda_agent.judge.driver import COUNTED, CallDriver, Snapshot
+from cuda_agent.judge.gpu_turn import SHARED, GpuTurn
 from cuda_agent.judge.guard import ALLOWED
 from cuda_agent.judge.plan import EXTRA_WARMUP_CALLS, EXTRA_WARMUP_S, JudgePlan, kept_reader
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.runner import Worker, WorkerOutcome
+from cuda_agent.judge.turn_phases import candidate_job
 
 
 @dataclass(frozen=True)
@@ -47,12 +49,14 @@ would be held together (gigabytes each for KernelBench's largest problems)."""
 
 @dataclass(frozen=True)
 class Staging:
-    """What staging a candidate worker needs: its pack holds one kept call."""
+    """What staging and running a candidate worker needs: its pack holds one kept call;
+    its GPU work is done within the judge's ``turn``."""
 
     plan: JudgePlan
     snapshot: Path
     kind: str
     device: str
+    turn: GpuTurn
 
     @property
     def lazy(self) -> bool:
@@ -60,35 +64,59 @@ class Staging:
         return size is not None and size > LAZY_PACK_BYTES
 
     def stage(self, worker: Worker) -> dict[str, Any]:
-        """Stage ``worker`` and, on CUDA, make its context and map its pack now."""
+        """Stage ``worker`` and, on CUDA, have it make its context and map its pack now."""
         staged = confine.stage_candidate(worker, self.snapshot, self.plan.tmp / "state.pt",
                                          self.kind, self.device, self.plan.pack_bytes())
         if self.device.startswith("cuda"):
             worker.prepare(self.device, staged, record=self.plan.cfg.activity_record)
         return staged
 
+    def settle(self, workers: list[Worker]) -> None:
+        """Where the GPU is shared, wait until ``workers`` have done what ``stage`` asked
+        (GPU work: it must end inside the hold it began in)."""
+        if self.turn.path is not None and self.device.startswith("cuda"):
+            for worker in workers:
+                worker.wait_prepared(self.plan.cfg.process_timeout_s)
 
-def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[str, Any],
+
+def run_candidate(verdict: Verdict, staging: Staging, worker: Worker, job: dict[str, Any],
                   process: int, keep: Callable[[Worker], None] | None = None
                   ) -> tuple[WorkerOutcome, Timed | None]:
     """Run one candidate process under the judge's calls (``process``: 1 the first); its
     outcome, and its timing and kept calls once it has ended (None if it failed). ``keep``
-    takes what the worker leaves (a single-file candidate's build) before it is closed."""
+    takes what the worker leaves (a single-file candidate's build) before it is closed.
+    The process starts, runs and ends within the judge's GPU turn, exclusive where its
+    calls are measured (``turn_phases.candidate_job``): it may use the GPU until it is dead."""
+    plan = staging.plan
     role = "candidate" if process == 1 else f"candidate{process}"
-    watch = code_watch(worker)
-    driver = worker.drive(plan.driver_plan(process),
-                          kept_reader(worker, plan.device, plan.pack_bytes()),
-                          at_counted=watch)
-    with verdict.phase(role):
-        done = worker.run(job, plan.cfg.process_timeout_s, hold=True)
-    verdict.worker_stages(role, done.result)
+    calls = plan.driver_plan(process)
+    with candidate_job(staging.turn, calls.timed) as turns:
+        try:
+            watch = code_watch(worker)
+            driver = worker.drive(calls, kept_reader(worker, plan.device, plan.pack_bytes()),
+                                  at_counted=watch, turns=turns)
+            with verdict.phase(role):
+                done = worker.run(job, plan.cfg.process_timeout_s, hold=True)
+            verdict.worker_stages(role, done.result)
+            return done, _collect(verdict, plan, worker, process, (done, driver, watch), keep)
+        finally:
+            worker.close()  # dead before the turn goes
+
+
+def _collect(verdict: Verdict, plan: JudgePlan, worker: Worker, process: int,
+             ran: tuple[WorkerOutcome, CallDriver, CodeWatch],
+             keep: Callable[[Worker], None] | None) -> Timed | None:
+    """A candidate process's run, once it has reported: its loaded code checked, what it
+    left counted and killed, its timing; None (the reason added) if it failed."""
+    done, driver, watch = ran
+    role = "candidate" if process == 1 else f"candidate{process}"
     where = "" if process == 1 else f" (timing process {process})"
     if not done.ok:
         watch.close()
         driver.join(5.0)
         if driver.error:  # what the judge saw of it may say more than its own report
             verdict.flags.append(f"the call protocol{where}: {driver.error}")
-        return done, None
+        return None
     with verdict.phase(f"loaded_{role}"):
         counted = any(r.phase in COUNTED for r in driver.records)  # none: nothing to hold
         refused = loaded_code(worker, plan.fixed_dir, watch if counted else None)
@@ -96,7 +124,7 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
     if refused:
         verdict.reasons.extend(f"loaded code{where}: {p}" for p in refused[:5])
         worker.close()
-        return done, None
+        return None
     if done.result.get("seccomp", "on") != "on":
         verdict.flags.append(f"review: {done.result['seccomp']}: new native code could be "
                              "loaded during calls")
@@ -107,20 +135,20 @@ def run_candidate(verdict: Verdict, plan: JudgePlan, worker: Worker, job: dict[s
     if leftover:
         verdict.reasons.append(f"candidate left {leftover} process(es) running{where} "
                                "(killed)")
-        return done, None
+        return None
     if driver.error:
         verdict.reasons.append(f"candidate broke the call protocol{where}: {driver.error}")
-        return done, None
+        return None
     if not driver.finished and plan.cfg.check:
         verdict.reasons.append(f"candidate process ended before the judge had checked its "
                                f"calls{where}")
-        return done, None
+        return None
     try:
         clock = judge_clock(driver.records)
     except ClockError as exc:
         verdict.reasons.append(f"candidate's calls could not be timed{where}: {exc}")
-        return done, None
-    return done, Timed(done, clock, driver.kept())
+        return None
+    return Timed(done, clock, driver.kept())
 
 
 def code_watch(worker: Worker) -> CodeWatch:
@@ -212,10 +240,11 @@ def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
                                  "warmup_s": EXTRA_WARMUP_S}}  # as the judge ends it
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
         if fields is None:
-            with verdict.phase(f"stage_candidate{k}"):
+            with verdict.phase(f"stage_candidate{k}"), staging.turn.hold(SHARED):
                 fields = staging.stage(worker)
+                staging.settle([worker])
         confine.lend_inline_cache(worker, staging.snapshot, staging.kind)
-        done, timed = run_candidate(verdict, plan, worker, {**job, **fields}, k)
+        done, timed = run_candidate(verdict, staging, worker, {**job, **fields}, k)
         if timed is None:
             if not done.ok:
                 leftover = worker.close()

@@ -24,7 +24,6 @@ from cuda_agent.judge.calls import CallChannel
 from cuda_agent.judge.digest import digest
 from cuda_agent.judge.fan_in import BUDGET_S as FAN_IN_BUDGET_S
 from cuda_agent.judge.fan_in import report
-from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.harness import load_tracer, timing_blocker
 from cuda_agent.judge.source import CallSource
 from cuda_agent.judge.transport import Packer, pack_size
@@ -65,11 +64,10 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
     if job["role"] == "reference":
         result["stage"] = "forward"
         _first_call(job, ns, forward, model, result, device)
-    turn = GpuTurn(job.get("gpu_turn"))
     if job["time"]:
-        if turn.path is not None:  # the reference has made its first call already
-            _first_call_then_turn(None if job["role"] == "reference" else forward, ns, device,
-                                  turn, result)
+        if job.get("shared_gpu"):  # the reference has made its first call already
+            _first_call_apart(None if job["role"] == "reference" else forward, ns, device,
+                              result)
         result["stage"] = "timing"
         blocker = timing_blocker(load_tracer(job["tracer"]), device) if job.get("tracer") \
             else None
@@ -82,7 +80,6 @@ def baseline(job: dict[str, Any], ns: dict[str, Any], out: Path, result: dict, d
         result["timing_details"] = measured.details
     if job.get("bandwidth"):
         result["bandwidth_gbs"] = _bandwidth(device)
-    turn.release()
 
 
 def _timing_kwargs(job: dict[str, Any]) -> dict[str, Any]:
@@ -94,19 +91,18 @@ def _timing_kwargs(job: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _first_call_then_turn(forward: Any, ns: dict[str, Any], device: str, turn: GpuTurn,
-                          result: dict) -> None:
-    """Baselines measured by processes sharing a GPU (``job["gpu_turn"]``, a lock file):
-    the first call (``forward``'s, None where it was made), which for torch.compile is the
-    whole compilation, runs before the turn; warm-up and timing run in it."""
+def _first_call_apart(forward: Any, ns: dict[str, Any], device: str, result: dict) -> None:
+    """Baselines timed on a GPU shared with other judges (``job["shared_gpu"]``): the first
+    call (``forward``'s, None where it was made), which for torch.compile is the whole
+    compilation, is made before the stand-ins, and the device synchronised, so the judge
+    holds the GPU's turn shared through it and exclusive from the first stand-in on
+    (``turn_phases``)."""
     result["stage"] = "first_call"
     if forward is not None:
         with torch.no_grad():
             forward(*make_inputs(ns, secrets.randbits(62), device))
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-    result["stage"] = "gpu_wait"
-    turn.acquire()
 
 
 def _first_call(job: dict[str, Any], ns: dict[str, Any], forward: Any,

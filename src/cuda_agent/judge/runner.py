@@ -48,6 +48,7 @@ from cuda_agent import leftovers
 from cuda_agent.judge import calls, device_pack, shared_pack
 from cuda_agent.judge.driver import CallDriver, DriverPlan
 from cuda_agent.judge.report import REPORT_BYTES, WorkerOutcome, outcome, read_small
+from cuda_agent.judge.turn_phases import PhaseTurns
 from cuda_agent.judge.worker import LIFELINE_ENV
 from cuda_agent.procs import Proc, descendants, session_members, snapshot
 
@@ -129,6 +130,9 @@ class Worker:
         self.driver: CallDriver | None = None
         self._ready = threading.Event()
         self._idle = threading.Event()
+        self._gone = False
+        self._prepares = threading.Condition()
+        self._asked = self._prepared = 0  # prepare lines sent, and done by the worker
         self._hold = False
         self._timed = False  # the job times its calls: its report must hold samples
         self._followups = 0
@@ -146,12 +150,21 @@ class Worker:
                     self._ready.set()
                 elif label == "idle":
                     self._idle.set()
+                elif label == "prepared":
+                    with self._prepares:
+                        self._prepared += 1
+                        self._prepares.notify_all()
                 elif len(self.marks) < 16:
                     self.marks.append((label, time.monotonic()))
+        with self._prepares:
+            self._gone = True  # the worker (and whatever it started) has closed its end
+            self._prepares.notify_all()
+        self._idle.set()
 
     def wait_idle(self, timeout_s: float) -> bool:
-        """Wait until the worker has started and preloaded (it then waits for its job)."""
-        return self._idle.wait(timeout_s)
+        """Wait until the worker has started and preloaded (it then waits for its job);
+        False if the time ran out or it ended first."""
+        return self._idle.wait(timeout_s) and not self._gone
 
     def prepare(self, device: str, fields: dict[str, Any] | None = None,
                 record: bool = False) -> None:
@@ -166,8 +179,17 @@ class Worker:
                 line.update({k: fields[k] for k in ("pack", "pack_bytes", "pack_device")})
             self.proc.stdin.write((json.dumps(line) + "\n").encode())
             self.proc.stdin.flush()
+            self._asked += 1
         except (BrokenPipeError, OSError):
             pass
+
+    def wait_prepared(self, timeout_s: float) -> bool:
+        """Wait until the worker has done every ``prepare`` sent (its device work over);
+        False if the time ran out or it ended first."""
+        with self._prepares:
+            return self._prepares.wait_for(
+                lambda: self._gone or self._prepared >= self._asked, timeout_s) \
+                and not self._gone
 
     def _lend(self, job: dict[str, Any]) -> bool:
         """Pass the device pack's descriptor once, if ``job`` names it; True if it went now."""
@@ -183,11 +205,12 @@ class Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
     def drive(self, plan: DriverPlan, read_kept: Any = None,
-              at_counted: Callable[[], None] | None = None) -> CallDriver:
+              at_counted: Callable[[], None] | None = None,
+              turns: PhaseTurns | None = None) -> CallDriver:
         """Serve this worker's calls (``driver.CallDriver``) from now until it ends;
-        ``at_counted`` as ``CallDriver``'s."""
+        ``at_counted`` and ``turns`` as ``CallDriver``'s."""
         self.driver = CallDriver(calls.Lines(self.calls_sock), plan, read_kept,
-                                 at_counted, self.interpreter).start()
+                                 at_counted, self.interpreter, turns).start()
         return self.driver
 
     def followup(self, job: dict[str, Any], timeout_s: float) -> WorkerOutcome:

@@ -255,6 +255,7 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         while "prepare" in job:  # the device (and pack) first, while the judge builds
             prepare(str(job["prepare"]), job)
             result["stage_at"]["prepared"] = time.time()
+            mark("prepared")  # done on the device: a judge sharing the GPU waits for it
             job = json.loads(sys.stdin.readline())
         result["stage_at"]["job"] = time.time()
         prepare(job["device"], job)  # what no prepare line did yet
