@@ -23,7 +23,8 @@ FORMAT_VERSION = 1
 
 
 class TrajectoryError(ValueError):
-    """A trajectory file that cannot be read (a malformed line other than the last)."""
+    """A trajectory file that cannot be read: not one whole record, or a malformed line other
+    than the last."""
 
 
 class Recorder:
@@ -90,8 +91,12 @@ class Trajectory:
 
 
 def read_trajectory(path: Path) -> Trajectory:
-    """All records of ``path``; a torn last line (a killed writer) is dropped and reported."""
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    """All records of ``path``; a torn last line (a killed writer) is dropped and reported.
+    A file without one whole record is not a trajectory: ``TrajectoryError``."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise TrajectoryError(f"{path}: not a trajectory (not UTF-8 text)") from None
     records: list[dict[str, Any]] = []
     truncated = None
     for i, line in enumerate(lines):
@@ -108,6 +113,11 @@ def read_trajectory(path: Path) -> Trajectory:
             raise TrajectoryError(f"{path}: line {i + 1} is not a trajectory record: {exc}"
                                   ) from None
         records.append(record)
+    if not records:
+        what = "it is empty" if truncated is None else \
+            "its first line is not a JSON record with a 'type'"
+        raise TrajectoryError(f"{path}: not a trajectory: {what} (a trajectory is JSONL, one "
+                              "record per line, as `cuda-agent optimize` writes it)")
     return Trajectory(tuple(records), truncated)
 
 
