@@ -9,7 +9,8 @@ from typing import Any
 import typer
 
 from cuda_agent.cli import agent_options as opts
-from cuda_agent.cli.render import console, errors
+from cuda_agent.cli.exits import bad_input, exit_for_reward
+from cuda_agent.cli.render import console
 
 
 def optimize(
@@ -45,14 +46,12 @@ def optimize(
     try:
         job = run_job(the_task, policy, dev, folder, config, on_event=_Progress())
     except OptimizeError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     episode = job.episode
     console.rule("result")
     console.print(job.report.read_text(), markup=False, highlight=False)
     console.print(f"result folder: {job.out}")
-    if episode.reward is None or episode.reward < 1:
-        raise typer.Exit(1)
+    exit_for_reward(episode.reward)
 
 
 class _Progress:
