@@ -155,3 +155,22 @@ def test_exit_status_convention(tmp_path: Path, scale_add_task: Path):
     bad = cli("optimize", str(scale_add_task), "--model", f"replay:{tmp_path / 'none.json'}",
               "--device", "cpu", "--out", str(tmp_path / "run2"))
     assert bad.returncode == 2 and "replay: file not found" in bad.stderr
+
+
+def test_single_file_compile_error_reaches_the_verdict(tmp_path: Path, scale_add_task: Path):
+    """load_inline's error carries the ninja log (command lines first): the verdict quotes the
+    compiler's own error line, in the table and in --json, and the command exits 1."""
+    from tests.conftest import INLINE_SCALE_ADD
+
+    candidate = tmp_path / "broken.py"
+    candidate.write_text(INLINE_SCALE_ADD.replace(
+        "auto out = torch::empty_like(x);", "auto out = torch::empty_like(x)\n  int broken = ;"))
+    proc = cli("judge", str(scale_add_task), str(candidate), "--device", "cpu", "--no-time",
+               "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["reward"] == -1 and not record["compiled"]
+    [reason] = record["reasons"]
+    assert reason.startswith("candidate failed: load: RuntimeError: Error building extension "
+                             "'inline_scale_add': main.cpp:6:3: error: expected"), reason
+    assert "-isystem" not in reason and len(reason) < 800
