@@ -58,10 +58,16 @@ class Recorder:
     def message(self, message: Message) -> None:
         self.write({"type": "message", "message": message_to_dict(message)})
 
-    def step(self, turn: int, step: PolicyStep, seconds: float) -> None:
+    def step(self, turn: int, step: PolicyStep, seconds: float,
+             from_text: dict[str, Any] | None = None) -> None:
+        """``from_text``: the tool calls the loop read from the reply's text
+        (``TextCalls.record``), or None."""
         tokens = dataclasses.asdict(step.tokens) if step.tokens is not None else None
-        self.write({"type": "step", "turn": turn, "usage": dataclasses.asdict(step.usage),
-                    "seconds": seconds, "tokens": tokens})
+        record = {"type": "step", "turn": turn, "usage": dataclasses.asdict(step.usage),
+                  "seconds": seconds, "tokens": tokens}
+        if from_text is not None:
+            record["tool_calls_from_text"] = from_text
+        self.write(record)
 
     def tool_result(self, turn: int, call_id: str, name: str, result: ToolResult) -> None:
         self.write({"type": "tool_result", "turn": turn, "tool_call_id": call_id, "name": name,

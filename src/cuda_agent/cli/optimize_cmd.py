@@ -57,8 +57,18 @@ def optimize(
 class _Progress:
     """Live progress: one line per turn, tool call and judgement."""
 
+    def __init__(self) -> None:
+        self.text_calls_said = False
+
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "tool_result":
+        if kind == "text_calls" and payload["form"] != "unreadable" \
+                and not self.text_calls_said:
+            self.text_calls_said = True
+            console.print(f"  [yellow]note:[/] the server returns tool calls as text; reading "
+                          f"them ({payload['form']} form). A tool-call parser on the server "
+                          "(vLLM: --enable-auto-tool-choice --tool-call-parser NAME) returns "
+                          "them as calls", highlight=False)
+        elif kind == "tool_result":
             result = payload["result"]
             mark = "[green]ok[/]" if result.ok else "[red]failed[/]"
             first = (result.output.strip().splitlines() or [""])[0][:90]
