@@ -174,3 +174,15 @@ def test_single_file_compile_error_reaches_the_verdict(tmp_path: Path, scale_add
     assert reason.startswith("candidate failed: load: RuntimeError: Error building extension "
                              "'inline_scale_add': main.cpp:6:3: error: expected"), reason
     assert "-isystem" not in reason and len(reason) < 800
+
+
+def test_readme_says_how_to_reach_the_command_and_what_it_exits_with():
+    from cuda_agent.cli import exits
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    setup = (Path(__file__).resolve().parents[1] / "scripts" / "setup.sh").read_text()
+    assert "source .venv/bin/activate" in readme and ".venv/bin/activate" in setup
+    for status, meaning in ((exits.DONE, "when it did its job and the candidate it judged "
+                             "passed"), (exits.REFUSED, "when the judge refused the candidate"),
+                            (exits.BAD_INPUT, "for bad input")):
+        assert f"**{status}** {meaning}" in readme
