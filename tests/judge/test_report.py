@@ -27,6 +27,9 @@ def test_other_errors_are_cut():
     assert describe_error("ValueError: " + "x" * 5000) == ("ValueError: " + "x" * 5000)[
         :ERROR_SHOWN]
     assert describe_error(None) == "None"
+    # not a build's log: error-like lines in it stay as they were
+    said = "RuntimeError: CUDA error: an illegal memory access\nthreshold: 3, seccomp: on"
+    assert describe_error(said) == said
 
 
 def test_outcome_quotes_the_compiler():

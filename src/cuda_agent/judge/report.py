@@ -61,6 +61,8 @@ ERROR_SHOWN = 800
 COMPILER_ERRORS_SHOWN = 5
 """The most compiler errors a reason quotes."""
 _NINJA_STEP = re.compile(r": \[\d+/\d+\] ")
+_BUILD_LOG = re.compile(r"Error building extension|^FAILED: ", re.MULTILINE)
+"""What marks an error as a failed build's log (torch's cpp_extension runs ninja)."""
 
 
 def describe_error(error: str | None) -> str:
@@ -69,6 +71,8 @@ def describe_error(error: str | None) -> str:
     words and the compiler's own error lines (``main.cpp:6:3: error: ...``); any other
     error its first ``ERROR_SHOWN`` characters."""
     text = str(error)
+    if not _BUILD_LOG.search(text):
+        return text[:ERROR_SHOWN]
     found = [d for d in diagnostics.parse(text) if d.severity in ("error", "fatal error")]
     if not found:
         return text[:ERROR_SHOWN]
