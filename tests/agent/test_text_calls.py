@@ -119,6 +119,7 @@ def test_unreadable_text_call_ends_the_episode_with_the_cause(workspace: Path, g
     result = run_episode(gelu_task, workspace, openai_policy(served),
                          AgentConfig(final_judge=False), traj)
     assert result.stop_reason == "error" and result.turns == 1
+    assert (result.prompt_tokens, result.completion_tokens) == (11, 7)  # the step counts
     assert "cannot read" in result.error and "--tool-call-parser" in result.error
     [step] = [r for r in read_trajectory(traj).records if r["type"] == "step"]
     assert step["tool_calls_from_text"]["form"] == "unreadable"

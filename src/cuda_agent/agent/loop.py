@@ -149,14 +149,14 @@ class _Episode:
             if read is not None:
                 self.emit("text_calls", {"turn": turn, "form": read.form,
                                          "calls": len(read.message.tool_calls)})
-                if read.problem:
-                    raise PolicyError(read.problem)
             used = step.usage.prompt_tokens + step.usage.completion_tokens
             self.prompt_tokens += step.usage.prompt_tokens
             self.completion_tokens += step.usage.completion_tokens
             context = used or prompt_estimate + self.count([reply])
             self.used_tokens += context
             self.emit("step", {"turn": turn, "message": reply, "usage": step.usage})
+            if read is not None and read.problem:
+                raise PolicyError(read.problem)
             if not reply.tool_calls:
                 idle += 1
                 if idle >= 2:
