@@ -9,3 +9,5 @@ PYTHON=${PYTHON:-python3}
 python -m pip install -q --upgrade pip
 python -c "import torch" 2>/dev/null || python -m pip install -q "torch==${TORCH_VERSION:-2.13.0}"
 python -m pip install -q -e ".[dev,ray]"
+echo "cuda-agent is installed in $PWD/.venv; put it on PATH for this shell with:"
+echo "  source $PWD/.venv/bin/activate"

@@ -78,3 +78,111 @@ def test_clear_errors(tmp_path: Path, scale_add_task: Path):
     assert proc.returncode == 2 and "unknown field" in proc.stderr and "nope" in proc.stderr
     proc = cli("workspace", "build", str(tmp_path))
     assert proc.returncode == 2 and "not a cuda-agent workspace" in proc.stderr
+
+
+# a task that loads but cannot run: inspecting it fails, and the next ones are still checked
+UNRUNNABLE = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return x
+
+
+def get_inputs():
+    raise RuntimeError("no inputs today")
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_tasks_check_reports_every_task(tmp_path: Path):
+    from tests.conftest import SCALE_ADD_TASK
+
+    rows = [json.dumps({"level": 1, "problem_id": 1, "name": "unrunnable", "code": UNRUNNABLE}),
+            json.dumps({"level": 1, "problem_id": 2, "name": "scale_add", "code": SCALE_ADD_TASK}),
+            "{not json",
+            json.dumps({"level": 1, "problem_id": 4, "name": "no_code"}),
+            json.dumps({"level": 1, "problem_id": 5, "name": "broken", "code": "def f(:\n"}),
+            json.dumps({"level": 1, "problem_id": 6, "name": "again", "code": SCALE_ADD_TASK})]
+    source = tmp_path / "tasks.jsonl"
+    source.write_text("\n".join(rows) + "\n")
+    checked = cli("tasks", "check", str(source))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    lines = checked.stdout.splitlines()
+    assert lines[0].startswith(f"bad {source}:1: ") and "no inputs today" in lines[0]
+    assert lines[1:] == ["ok L1/scale_add", f"bad {source}:3: invalid JSON: Expecting property "
+                         "name enclosed in double quotes",
+                         f"bad {source}:4: row has no 'code' field (fields: ['level', 'name', "
+                         "'problem_id'])",
+                         f"bad {source}:5:1: syntax error: invalid syntax", "ok L1/again",
+                         "2 of 6 tasks ok"]
+
+
+def test_demo_names_an_unknown_example_in_one_line():
+    proc = cli("demo", "--example", "nosuch", "--device", "cpu")
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("error: builtin:nosuch: no such example; known: "
+                                   "gelu_bias_scale, llama_rmsnorm")
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
+def test_exit_status_convention(tmp_path: Path, scale_add_task: Path):
+    """0 passed, 1 the judge refused the candidate, 2 bad input: the same in every command."""
+    root = tmp_path / "ws"
+    assert cli("workspace", "init", str(scale_add_task), str(root), "--device", "cpu"
+               ).returncode == 0
+    # the untouched stub's forward raises NotImplementedError: a reward of -1
+    verified = cli("workspace", "verify", str(root))
+    assert verified.returncode == 1, verified.stdout + verified.stderr
+    assert "NotImplementedError" in verified.stdout
+    judged = cli("judge", str(scale_add_task), str(root), "--device", "cpu", "--no-time",
+                 "--json")
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    assert json.loads(judged.stdout)["reward"] == -1
+    replay = tmp_path / "replay.json"
+    replay.write_text(json.dumps([{"content": "Nothing to change."}]))
+    out = tmp_path / "run"
+    optimized = cli("optimize", str(scale_add_task), "--model", f"replay:{replay}",
+                    "--device", "cpu", "--out", str(out), "--set", "time=false")
+    assert optimized.returncode == 1, optimized.stdout + optimized.stderr
+    assert json.loads((out / "judge.json").read_text())["reward"] == -1
+    assert not list((out / "result" / "kernels").iterdir())  # the example is not the result
+    bad = cli("optimize", str(scale_add_task), "--model", f"replay:{tmp_path / 'none.json'}",
+              "--device", "cpu", "--out", str(tmp_path / "run2"))
+    assert bad.returncode == 2 and "replay: file not found" in bad.stderr
+
+
+def test_single_file_compile_error_reaches_the_verdict(tmp_path: Path, scale_add_task: Path):
+    """load_inline's error carries the ninja log (command lines first): the verdict quotes the
+    compiler's own error line, in the table and in --json, and the command exits 1."""
+    from tests.conftest import INLINE_SCALE_ADD
+
+    candidate = tmp_path / "broken.py"
+    candidate.write_text(INLINE_SCALE_ADD.replace(
+        "auto out = torch::empty_like(x);", "auto out = torch::empty_like(x)\n  int broken = ;"))
+    proc = cli("judge", str(scale_add_task), str(candidate), "--device", "cpu", "--no-time",
+               "--json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    record = json.loads(proc.stdout)
+    assert record["reward"] == -1 and not record["compiled"]
+    [reason] = record["reasons"]
+    assert reason.startswith("candidate failed: load: RuntimeError: Error building extension "
+                             "'inline_scale_add': main.cpp:6:3: error: expected"), reason
+    assert "-isystem" not in reason and len(reason) < 800
+
+
+def test_readme_says_how_to_reach_the_command_and_what_it_exits_with():
+    from cuda_agent.cli import exits
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    setup = (Path(__file__).resolve().parents[1] / "scripts" / "setup.sh").read_text()
+    assert "source .venv/bin/activate" in readme and ".venv/bin/activate" in setup
+    for status, meaning in ((exits.DONE, "when it did its job and the candidate it judged "
+                             "passed"), (exits.REFUSED, "when the judge refused the candidate"),
+                            (exits.BAD_INPUT, "for bad input")):
+        assert f"**{status}** {meaning}" in readme

@@ -13,6 +13,7 @@ import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
+from cuda_agent import __version__
 from cuda_agent.agent.mcp_server import FileAccessError, McpConfig, WorkspaceTools
 from cuda_agent.judge import JudgeConfig
 from cuda_agent.tasks import load_task
@@ -20,7 +21,8 @@ from cuda_agent.tasks.loaders import builtin_dir
 from cuda_agent.workspace import init_workspace
 
 SOLUTION = builtin_dir() / "gelu_bias_scale" / "solution" / "cpu"
-FAST = ("--set", "trials=1", "--set", "scales=[]", "--set", "time=false")
+FAST = ("--set", "trials=2", "--set", "scales=[0.5]", "--set", "time=false",
+        "--set", "time_compile=false", "--set", "time_budget_s=0.3", "--set", "min_runs=3")
 TOOLS = {"workspace_info", "read_file", "write_file", "delete_file", "build", "verify", "profile",
          "judge"}
 BROKEN = "#include <cstdint>\nextern \"C\" void f(int64_t n) {\n  int x = ;\n}\n"
@@ -54,9 +56,15 @@ async def _drive(workspace: Path, log: Path) -> None:
     with log.open("w") as errlog:
         async with stdio_client(params, errlog=errlog) as (read, write), \
                 ClientSession(read, write) as session:
-            await session.initialize()
+            started = await session.initialize()
+            assert started.server_info.version == __version__ and __version__
             listed = (await session.list_tools()).tools
             assert {t.name for t in listed} == TOOLS
+            outputs = {t.name: t.output_schema for t in listed}
+            assert all(s and s["type"] == "object" and s["properties"] for s in outputs.values())
+            assert {"trials", "scales", "checked_calls", "correct"} <= set(
+                outputs["verify"]["properties"])
+            assert "line" in str(outputs["build"]) and "reward" in outputs["judge"]["properties"]
             schemas = {t.name: t.input_schema for t in listed}
             assert set(schemas["write_file"]["required"]) == {"path", "content"}
             assert schemas["read_file"]["properties"]["path"]["type"] == "string"
@@ -92,6 +100,17 @@ async def _drive(workspace: Path, log: Path) -> None:
             assert built.structured_content["ok"] is True, built.content[0].text
             verified = await _call(session, "verify")
             assert verified.structured_content["correct"] is True, verified.content[0].text
+            # --set trials=2 is what verify reports; every call compared is counted apart
+            checked = verified.structured_content
+            assert (checked["trials"], checked["scales"], checked["checked_calls"]) == (
+                2, [0.5], 3), checked
+            assert "on 3 calls: trials=2 at scale 1, scales 0.5" in verified.content[0].text
+            profiled = await _call(session, "profile")
+            assert not profiled.is_error, profiled.content[0].text
+            assert profiled.structured_content["runtime_ms"] > 0
+            await _call(session, "write_file", path="kernels/scratch.h", content="// x\n")
+            deleted = await _call(session, "delete_file", path="kernels/scratch.h")
+            assert deleted.structured_content == {"path": "kernels/scratch.h", "deleted": True}
             judged = await _call(session, "judge")
             assert judged.structured_content["reward"] >= 1, judged.content[0].text
             assert judged.structured_content["task"] == "gelu_bias_scale"

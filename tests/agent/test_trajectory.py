@@ -94,3 +94,14 @@ def test_cli_show(episode_file: Path):
     assert torn.exit_code == 0 and "last line was cut off" in torn.output
     missing = runner.invoke(app, ["trajectories", "show", str(episode_file.parent / "no.jsonl")])
     assert missing.exit_code == 2
+
+
+@pytest.mark.parametrize("text", ["hello world\n", '{"name": "not a record"}\n', "",
+                                  "\udcff"], ids=["prose", "json", "empty", "binary"])
+def test_cli_show_refuses_what_is_not_a_trajectory(tmp_path: Path, text: str):
+    path = tmp_path / "other.jsonl"
+    path.write_bytes(b"\xff\xfe" if text == "\udcff" else text.encode())
+    shown = CliRunner().invoke(app, ["trajectories", "show", str(path)])
+    assert shown.exit_code == 2, shown.output
+    assert f"{path}: not a trajectory" in " ".join(shown.output.split())
+    assert "warning" not in shown.output

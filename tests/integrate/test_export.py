@@ -115,3 +115,14 @@ def _pip_install_and_test(tmp_path: Path, device: str) -> None:
     shutil.rmtree(out / "gelu_fast")  # the test must import the installed copy
     tested = _run(["-c", ALONE], out, target)
     assert tested.returncode == 0 and "2 passed" in tested.stdout, tested.stdout + tested.stderr
+
+
+def test_export_leaves_out_the_unused_template_example(tmp_path: Path):
+    from cuda_agent.paths import TEMPLATES
+
+    result = make_result(tmp_path / "run")
+    for path in (TEMPLATES / "cpu" / "kernels").iterdir():
+        shutil.copy2(path, result / "result" / "kernels" / path.name)
+    done = export(result, "gelu_fast", tmp_path / "pkg")
+    assert not [f for f in done.files if "example_axpby" in f], done.files
+    assert "gelu_fast/csrc/kernels/gelu_bias_scale.cpp" in done.files

@@ -162,3 +162,14 @@ def test_cli(tmp_path: Path):
     assert {p.name for p in out.iterdir()} == {"model.py", "weights.pt", "extract.json"}
     bad = runner.invoke(app, ["extract", LLAMA, "-i", "long[2,16]:0..", "-o", str(out)])
     assert bad.exit_code == 2 and "not a tensor spec" in bad.output
+    again = runner.invoke(app, ["extract", LLAMA, "-i", TOKENS, "-c", "model.layers.1.mlp",
+                                "-o", str(out)])
+    assert again.exit_code == 2, again.output
+    assert "exists and is not empty (use --force to replace it)" in again.output
+    (out / "notes.txt").write_text("the user's")
+    replaced = runner.invoke(app, ["extract", LLAMA, "-i", TOKENS, "-c", "model.layers.1.mlp",
+                                   "-o", str(out), "--force"])
+    assert replaced.exit_code == 0, replaced.output
+    assert {p.name for p in out.iterdir()} == {"model.py", "weights.pt", "extract.json"}
+    with pytest.raises(ExtractError, match="not empty"):
+        extract(LLAMA, [TOKENS], child="model.layers.1.mlp", out=out)

@@ -3,7 +3,9 @@
     result = run_episode(task, workspace, policy, AgentConfig(), Path("runs/ep0.jsonl"))
 
 Each turn the policy gets the (compacted) conversation and the tool specs; every tool call
-in its answer runs through the ``Toolbox`` and comes back as a 'tool' message. The episode
+in its answer runs through the ``Toolbox`` and comes back as a 'tool' message; calls the
+model wrote as text (a server without a tool-call parser) are read too (``text_calls``),
+and one that looks like a call but cannot be read ends the episode with 'error'. The episode
 ends 'done' when ``submit`` is called or the policy answers twice in a row without a tool
 call (it is nudged once), 'turn_limit' after ``max_turns``, 'token_limit' when a step's
 context passes ``max_tokens`` (or the episode's total passes ``max_total_tokens``), and
@@ -24,6 +26,7 @@ import jinja2
 from pydantic import BaseModel, Field
 
 from cuda_agent.agent.compaction import CompactionConfig, TokenCounter, compact, estimate_tokens
+from cuda_agent.agent.text_calls import read_text_calls
 from cuda_agent.agent.tools import Toolbox, ToolsConfig
 from cuda_agent.agent.trajectory import Recorder
 from cuda_agent.agent.types import EpisodeResult, Message, Policy, PolicyError, StopReason
@@ -137,16 +140,23 @@ class _Episode:
             begin = time.perf_counter()
             step = self.policy.step(shown, specs)
             seconds = step.seconds or time.perf_counter() - begin
-            reply = step.message
+            read = read_text_calls(step.message, f"text-{turn}")
+            reply = step.message if read is None else read.message
             self.add(reply)
             if self.recorder is not None:
-                self.recorder.step(turn, step, seconds)
+                self.recorder.step(turn, step, seconds,
+                                   read.record(step.message.content) if read else None)
+            if read is not None:
+                self.emit("text_calls", {"turn": turn, "form": read.form,
+                                         "calls": len(read.message.tool_calls)})
             used = step.usage.prompt_tokens + step.usage.completion_tokens
             self.prompt_tokens += step.usage.prompt_tokens
             self.completion_tokens += step.usage.completion_tokens
             context = used or prompt_estimate + self.count([reply])
             self.used_tokens += context
             self.emit("step", {"turn": turn, "message": reply, "usage": step.usage})
+            if read is not None and read.problem:
+                raise PolicyError(read.problem)
             if not reply.tool_calls:
                 idle += 1
                 if idle >= 2:

@@ -4,8 +4,9 @@
 
 Tools: ``workspace_info``; ``read_file``, ``write_file`` and ``delete_file`` (model_new.py and
 kernels/* only); ``build``, ``verify``, ``profile`` and ``judge``. Each returns a JSON object
-as structured content plus a short text summary. Build and judge work runs in a worker
-thread, one at a time per workspace, so the protocol loop keeps answering while it runs.
+as structured content (its schema advertised: ``mcp_schemas``) plus a short text summary.
+Build and judge work runs in a worker thread, one at a time per workspace, so the protocol
+loop keeps answering while it runs.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
@@ -23,6 +24,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult
 from pydantic import BaseModel, Field
 
+from cuda_agent import __version__
+from cuda_agent.agent import mcp_schemas as out
 from cuda_agent.build import Builder
 from cuda_agent.execution.warm_judge import WarmJudge, WarmJudgeError
 from cuda_agent.judge import Candidate, CandidateError, Judge, JudgeConfig
@@ -126,17 +129,24 @@ class WorkspaceTools:
 
     def verify(self) -> Reply:
         result = self._judge(time=False, profile=False)
+        config = self.judge_config(time=False)
         data = {k: v for k, v in _summary(result).items() if "_ms" not in k and "speedup" not in k}
+        # the settings' trials (at scale 1) apart from every call compared, scaled ones too
+        data.update(trials=config.trials, scales=list(config.scales), checked_calls=None)
         if result.correctness is not None:
-            data.update(trials=result.correctness.trials,
+            data.update(checked_calls=result.correctness.trials,
                         max_abs_error=result.correctness.max_abs_error,
                         max_rel_error=result.correctness.max_rel_error)
         data["flags"] = list(result.flags)
         if result.build is not None and not result.build.ok:
             data["build"] = _build_data(result.build)
         verdict = "correct" if result.correct else "NOT correct"
-        return Reply(_with_reasons(f"verify: {verdict} (reward {result.reward} without timing)",
-                                   result), data)
+        checked = "" if data["checked_calls"] is None else (
+            f" on {data['checked_calls']} calls: trials={config.trials} at scale 1"
+            + (f", scales {', '.join(f'{s:g}' for s in config.scales)}" if config.scales
+               else ""))
+        return Reply(_with_reasons(f"verify: {verdict}{checked} (reward {result.reward} "
+                                   "without timing)", result), data)
 
     def profile(self) -> Reply:
         result = self._judge(time=True, profile=True)
@@ -228,7 +238,7 @@ def build_server(workspace: Path, config: McpConfig | None = None) -> MCPServer:
     Serve it over stdio with ``build_server(ws, config).run("stdio")``.
     """
     tools = WorkspaceTools(workspace, config)
-    server = MCPServer(name=tools.config.name, instructions=(
+    server = MCPServer(name=tools.config.name, version=__version__, instructions=(
         f"Make the task '{tools.info.task.name}' faster with custom kernels on "
         f"{tools.info.device}. Start with workspace_info (it carries SKILL.md), edit "
         f"{EDITABLE} with write_file, then build, verify, profile and judge."))
@@ -238,35 +248,35 @@ def build_server(workspace: Path, config: McpConfig | None = None) -> MCPServer:
 
 
 def _tool_functions(tools: WorkspaceTools) -> list[Callable[..., Any]]:
-    async def workspace_info() -> CallToolResult:
+    async def workspace_info() -> Annotated[CallToolResult, out.WorkspaceInfoOut]:
         """The task, the device, the files you may edit and the SKILL.md playbook."""
         return await _run(tools.workspace_info)
 
-    async def read_file(path: str) -> CallToolResult:
+    async def read_file(path: str) -> Annotated[CallToolResult, out.ReadFileOut]:
         """Read model_new.py, a kernels/ file, or SKILL.md, model.py and the bindings."""
         return await _run(tools.read_file, path)
 
-    async def write_file(path: str, content: str) -> CallToolResult:
+    async def write_file(path: str, content: str) -> Annotated[CallToolResult, out.WriteFileOut]:
         """Create or replace model_new.py or kernels/<file> (path relative to the workspace)."""
         return await _run(tools.write_file, path, content)
 
-    async def delete_file(path: str) -> CallToolResult:
+    async def delete_file(path: str) -> Annotated[CallToolResult, out.DeleteFileOut]:
         """Delete a kernels/<file> (model_new.py can only be rewritten)."""
         return await _run(tools.delete_file, path)
 
-    async def build() -> CallToolResult:
+    async def build() -> Annotated[CallToolResult, out.BuildOut]:
         """Incrementally compile kernels/; errors come back with file, line and message."""
         return await _run(tools.build)
 
-    async def verify() -> CallToolResult:
+    async def verify() -> Annotated[CallToolResult, out.VerifyOut]:
         """Build, then check ModelNew against the reference on seeded inputs (no timing)."""
         return await _run(tools.verify)
 
-    async def profile() -> CallToolResult:
+    async def profile() -> Annotated[CallToolResult, out.ProfileOut]:
         """Build, check and time against eager PyTorch and torch.compile; operator profile."""
         return await _run(tools.profile)
 
-    async def judge() -> CallToolResult:
+    async def judge() -> Annotated[CallToolResult, out.JudgeOut]:
         """The full judgement (as `cuda-agent judge`): reward, speed-ups and reasons."""
         return await _run(tools.judge)
 

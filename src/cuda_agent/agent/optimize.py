@@ -64,17 +64,25 @@ def optimize(task: Task, policy: Policy, device: str, out: Path, config: AgentCo
         raise OptimizeError(str(exc)) from None
     start = _snapshot(root)
     episode = run_episode(task, root, policy, config, out / "trajectory.jsonl", on_event)
-    result = out / "result"
-    (result / "kernels").mkdir(parents=True)
-    shutil.copy2(root / "model_new.py", result / "model_new.py")
-    for path in sorted((root / "kernels").glob("*")):
-        if path.is_file():
-            shutil.copy2(path, result / "kernels" / path.name)
+    copy_result(root, out / "result")
     (out / "judge.json").write_text(json.dumps(episode.final, indent=2) + "\n")
     report = out / "report.md"
     report.write_text(render_report(task, device, episode, start, _snapshot(root),
                                     tool_calls(out / "trajectory.jsonl")))
     return OptimizeResult(out, episode, report)
+
+
+def copy_result(root: Path, result: Path) -> None:
+    """``model_new.py`` and ``kernels/`` of the workspace ``root`` into ``result``, without
+    the template's worked example where the agent's code does not use it."""
+    from cuda_agent.workspace.examples import unused_example_files
+
+    (result / "kernels").mkdir(parents=True)
+    shutil.copy2(root / "model_new.py", result / "model_new.py")
+    unused = set(unused_example_files(root / "model_new.py", root / "kernels"))
+    for path in sorted((root / "kernels").glob("*")):
+        if path.is_file() and path not in unused:
+            shutil.copy2(path, result / "kernels" / path.name)
 
 
 def tool_calls(trajectory: Path) -> list[dict[str, Any]]:

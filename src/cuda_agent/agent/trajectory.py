@@ -23,7 +23,8 @@ FORMAT_VERSION = 1
 
 
 class TrajectoryError(ValueError):
-    """A trajectory file that cannot be read (a malformed line other than the last)."""
+    """A trajectory file that cannot be read: not one whole record, or a malformed line other
+    than the last."""
 
 
 class Recorder:
@@ -57,10 +58,16 @@ class Recorder:
     def message(self, message: Message) -> None:
         self.write({"type": "message", "message": message_to_dict(message)})
 
-    def step(self, turn: int, step: PolicyStep, seconds: float) -> None:
+    def step(self, turn: int, step: PolicyStep, seconds: float,
+             from_text: dict[str, Any] | None = None) -> None:
+        """``from_text``: the tool calls the loop read from the reply's text
+        (``TextCalls.record``), or None."""
         tokens = dataclasses.asdict(step.tokens) if step.tokens is not None else None
-        self.write({"type": "step", "turn": turn, "usage": dataclasses.asdict(step.usage),
-                    "seconds": seconds, "tokens": tokens})
+        record = {"type": "step", "turn": turn, "usage": dataclasses.asdict(step.usage),
+                  "seconds": seconds, "tokens": tokens}
+        if from_text is not None:
+            record["tool_calls_from_text"] = from_text
+        self.write(record)
 
     def tool_result(self, turn: int, call_id: str, name: str, result: ToolResult) -> None:
         self.write({"type": "tool_result", "turn": turn, "tool_call_id": call_id, "name": name,
@@ -90,8 +97,12 @@ class Trajectory:
 
 
 def read_trajectory(path: Path) -> Trajectory:
-    """All records of ``path``; a torn last line (a killed writer) is dropped and reported."""
-    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    """All records of ``path``; a torn last line (a killed writer) is dropped and reported.
+    A file without one whole record is not a trajectory: ``TrajectoryError``."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError:
+        raise TrajectoryError(f"{path}: not a trajectory (not UTF-8 text)") from None
     records: list[dict[str, Any]] = []
     truncated = None
     for i, line in enumerate(lines):
@@ -108,6 +119,11 @@ def read_trajectory(path: Path) -> Trajectory:
             raise TrajectoryError(f"{path}: line {i + 1} is not a trajectory record: {exc}"
                                   ) from None
         records.append(record)
+    if not records:
+        what = "it is empty" if truncated is None else \
+            "its first line is not a JSON record with a 'type'"
+        raise TrajectoryError(f"{path}: not a trajectory: {what} (a trajectory is JSONL, one "
+                              "record per line, as `cuda-agent optimize` writes it)")
     return Trajectory(tuple(records), truncated)
 
 

@@ -23,7 +23,8 @@ def render(records: Iterable[dict[str, Any]], full: bool = False, width: int = 2
             out.append(f"    [turn {r.get('turn')}: {usage.get('prompt_tokens', 0)} prompt + "
                        f"{usage.get('completion_tokens', 0)} completion tokens, "
                        f"{float(r.get('seconds') or 0):.1f} s"
-                       f"{', token ids recorded' if r.get('tokens') else ''}]")
+                       f"{', token ids recorded' if r.get('tokens') else ''}"
+                       f"{_from_text(r.get('tool_calls_from_text'))}]")
         elif kind == "tool_result":
             status = "ok" if r.get("ok") else "FAILED"
             out.append(f"    [{r.get('name')} {status} in {float(r.get('seconds') or 0):.1f} s]")
@@ -32,6 +33,15 @@ def render(records: Iterable[dict[str, Any]], full: bool = False, width: int = 2
         elif kind == "episode_end":
             out.append(_end(r.get("result") or {}))
     return "\n".join(out)
+
+
+def _from_text(read: Any) -> str:
+    """The step's note on tool calls read from the reply's text (``agent/text_calls.py``)."""
+    if not isinstance(read, dict):
+        return ""
+    if read.get("problem"):
+        return f"; a tool call in the text could not be read: {read['problem']}"
+    return f"; {read.get('calls')} tool call(s) read from the text ({read.get('form')})"
 
 
 def _cut(text: str, full: bool, width: int) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from cuda_agent.cli import overrides
-from cuda_agent.cli.render import errors
+from cuda_agent.cli.exits import bad_input
 
 
 @contextlib.contextmanager
@@ -23,8 +23,7 @@ def bad_input_exits() -> Iterator[None]:
     try:
         yield
     except (JudgeError, TaskError, OptimizeError, PolicyError, ValueError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
 
 
 def policy_spec(model: str, task: Any, device: str) -> str:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from cuda_agent.cli import overrides
+from cuda_agent.cli import exits, overrides
+from cuda_agent.cli.exits import bad_input
 from cuda_agent.cli.render import console
 
 
@@ -69,8 +70,7 @@ def baselines(
         summary = run_baselines(tasks, out, config, show_progress=not quiet,
                                 measure=not report_only)
     except (TaskError, JudgeError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     console.print(summary_markdown(summary), markup=False, soft_wrap=True)
     console.print(f"written to {out}", markup=False)
 
@@ -90,8 +90,7 @@ def _spread(tasks: str, out: Path, config, gpus: str, device: str, no_compile: b
     try:
         chosen = visible_gpus(gpus)
     except ValueError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     if len(chosen) < 2:
         return False
     options = [tasks, "--out", str(out), "--device", device, *(["--no-compile"] * no_compile),
@@ -110,7 +109,5 @@ def _spread(tasks: str, out: Path, config, gpus: str, device: str, no_compile: b
                        lambda n: bar.update(shown, completed=n))
     failed = [f"GPU {g}: exit {c}" for g, c in zip(chosen, codes, strict=True) if c]
     if failed:
-        console.print(f"[red]error:[/red] shards failed ({'; '.join(failed)}); a rerun "
-                      f"resumes them")
-        raise typer.Exit(1)
+        raise exits.failed(f"shards failed ({'; '.join(failed)}); a rerun resumes them")
     return True

@@ -14,6 +14,7 @@ import typer
 from typer.core import TyperGroup
 
 from cuda_agent.cli import overrides
+from cuda_agent.cli.exits import bad_input
 from cuda_agent.cli.render import console
 
 
@@ -65,8 +66,7 @@ def run(
     try:
         table = run_eval(tasks, answers, out, config, command=sys.argv, show_progress=not quiet)
     except (TaskError, FileNotFoundError, ValueError) as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     shown = out / "metrics_audited.md" if audit else None
     console.print(shown.read_text() if shown else to_markdown(table), markup=False)
     console.print(f"written to {out}", markup=False)
@@ -84,8 +84,7 @@ def compare(
     for folder in (a, b):
         path = folder / "metrics.json"
         if not path.is_file():
-            console.print(f"[red]error:[/red] {path}: not found; run `cuda-agent eval` first")
-            raise typer.Exit(2)
+            raise bad_input(f"{path}: not found; run `cuda-agent eval` first")
         tables.append(table_from_dict(json.loads(path.read_text())))
     typer.echo(compare_markdown(tables[0], tables[1], str(a), str(b)))
 
@@ -103,7 +102,6 @@ def report(
     try:
         tables = audited.recompute(run_dir, audit)
     except FileNotFoundError as exc:
-        console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     audited.write(run_dir, tables)
     typer.echo(audited.audited_markdown(tables))

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import typer
 
-from cuda_agent.cli.render import console, errors
+from cuda_agent.cli.exits import bad_input
+from cuda_agent.cli.render import console
 
 
 def export(
@@ -26,8 +27,7 @@ def export(
     try:
         result = run_export(result_dir, name, out, task=task, version=version, force=force)
     except IntegrateError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     console.print(f"package {result.name} ({result.device} kernels) written to {result.out}")
     for path in result.files:
         console.print(f"  {path}", highlight=False)

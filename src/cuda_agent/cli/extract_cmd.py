@@ -20,7 +20,8 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from cuda_agent.cli.render import console, errors, print_json
+from cuda_agent.cli.exits import REFUSED, bad_input
+from cuda_agent.cli.render import console, print_json
 from cuda_agent.results import to_dict
 
 INPUTS_HELP = ("Sample inputs of the WHOLE model, one forward per option: tensor specs "
@@ -29,21 +30,18 @@ INPUTS_HELP = ("Sample inputs of the WHOLE model, one forward per option: tensor
                "a dict of kwargs. Several options record several input shapes.")
 
 
-def _fail(message: str) -> typer.Exit:
-    errors.print(f"[red]error:[/] {message}", highlight=False)
-    return typer.Exit(2)
-
-
 def _init_args(text: str | None) -> Any:
     if text is None:
         return None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise _fail(f"--init-args: invalid JSON ({exc.msg}); give a list of positional "
-                    'or an object of keyword arguments, e.g. \'[64]\' or \'{"dim": 64}\'') from None
+        raise bad_input(f"--init-args: invalid JSON ({exc.msg}); give a list of positional "
+                        "or an object of keyword arguments, e.g. '[64]' or "
+                        '\'{"dim": 64}\'') from None
     if not isinstance(value, (list, dict)):
-        raise _fail("--init-args must be a JSON list (positional) or object (keyword arguments)")
+        raise bad_input("--init-args must be a JSON list (positional) or object (keyword "
+                        "arguments)")
     return value
 
 
@@ -100,23 +98,26 @@ def extract(
     seed: int = typer.Option(0, help="Seed of the random sample inputs."),
     device: str | None = typer.Option(None, help="Move the model and inputs here (cuda)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    force: bool = typer.Option(False, help="Replace a non-empty --out folder."),
 ) -> None:
     """Write a KernelBench-format task (model.py, weights.pt, extract.json) reproducing one
     sub-module of your model, checked against it; or rank sub-modules by forward time."""
     from cuda_agent.integrate.capture import forget_constructors
-    from cuda_agent.integrate.extract import build, extract_module
+    from cuda_agent.integrate.extract import build, claim_folder, extract_module
     from cuda_agent.integrate.profile import rank as rank_modules
     from cuda_agent.integrate.specs import ExtractError, to_sample
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     if not inputs:
-        raise _fail("give sample inputs with --inputs, e.g. --inputs 'long[2,16]:0..1000'")
+        raise bad_input("give sample inputs with --inputs, e.g. --inputs 'long[2,16]:0..1000'")
     try:
         samples = [to_sample(spec, seed + i) for i, spec in enumerate(inputs)]
+        if out is not None and (child or not rank):  # before the model is built
+            claim_folder(out, force)
         model = build(target, _init_args(init_args))
     except ExtractError as exc:
-        raise _fail(str(exc)) from None
+        raise bad_input(str(exc)) from None
     if device is not None:
         model.to(device)
     try:
@@ -127,9 +128,9 @@ def extract(
                 return
         folder = out or Path("extracted") / (re.sub(r"\W+", "_", child.replace("*", "x"))
                                              or type(model).__name__)
-        result = extract_module(model, samples, child, folder, target)
+        result = extract_module(model, samples, child, folder, target, force)
     except ExtractError as exc:
-        raise _fail(str(exc)) from None
+        raise bad_input(str(exc)) from None
     finally:
         forget_constructors(model)
     if as_json:
@@ -137,4 +138,4 @@ def extract(
     else:
         print_result(result)
     if not result.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)

@@ -9,9 +9,9 @@ from pathlib import Path
 import typer
 
 from cuda_agent.cli import overrides
+from cuda_agent.cli.exits import REFUSED, bad_input, exit_for_reward
 from cuda_agent.cli.render import (
     console,
-    errors,
     judge_summary,
     print_build,
     print_json,
@@ -72,12 +72,12 @@ def judge(
                             spinner="dots") if not as_json else _null():
             result = judge_.judge(the_task, the_candidate)
     except (TaskError, CandidateError, JudgeError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     if as_json:
         print_json(judge_summary(result))
     else:
         print_judge(result)
+    exit_for_reward(result.reward)
 
 
 def demo(
@@ -93,10 +93,9 @@ def demo(
 
     try:
         dev = resolve_device(device)
-    except JudgeError as exc:
-        errors.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
-    task = load_task(f"builtin:{example}")
+        task = load_task(f"builtin:{example}")
+    except (JudgeError, TaskError) as exc:
+        raise bad_input(exc) from None
     root = directory or Path(tempfile.mkdtemp(prefix="cuda-agent-demo-")) / "workspace"
     console.rule(f"1. workspace for builtin:{example} ({dev})")
     init_workspace(task, root, dev, force=directory is not None)
@@ -115,14 +114,13 @@ def demo(
         build = Builder(config.build.model_copy(update={"device": dev})).build(root, publish=True)
     print_build(build)
     if not build.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)
     console.rule("4. judge: correctness on seeded inputs, timing against eager and compile")
     with console.status("judging..."):
         result = Judge(config).judge(task, Candidate.from_ref(root, dev))
     print_judge(result)
     console.print(f"workspace kept at {root}")
-    if result.reward < 1:
-        raise typer.Exit(1)
+    exit_for_reward(result.reward)
 
 
 class _null:

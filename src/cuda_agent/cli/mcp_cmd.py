@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 from cuda_agent.cli import overrides
-from cuda_agent.cli.render import errors
+from cuda_agent.cli.exits import bad_input
 
 
 def mcp(
@@ -33,6 +33,5 @@ def mcp(
     try:
         server = build_server(workspace, McpConfig(judge=judge, max_file_bytes=max_file_bytes))
     except WorkspaceError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     server.run("stdio")

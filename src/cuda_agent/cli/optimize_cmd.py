@@ -9,7 +9,8 @@ from typing import Any
 import typer
 
 from cuda_agent.cli import agent_options as opts
-from cuda_agent.cli.render import console, errors
+from cuda_agent.cli.exits import bad_input, exit_for_reward
+from cuda_agent.cli.render import console
 
 
 def optimize(
@@ -45,21 +46,29 @@ def optimize(
     try:
         job = run_job(the_task, policy, dev, folder, config, on_event=_Progress())
     except OptimizeError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     episode = job.episode
     console.rule("result")
     console.print(job.report.read_text(), markup=False, highlight=False)
     console.print(f"result folder: {job.out}")
-    if episode.reward is None or episode.reward < 1:
-        raise typer.Exit(1)
+    exit_for_reward(episode.reward)
 
 
 class _Progress:
     """Live progress: one line per turn, tool call and judgement."""
 
+    def __init__(self) -> None:
+        self.text_calls_said = False
+
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
-        if kind == "tool_result":
+        if kind == "text_calls" and payload["form"] != "unreadable" \
+                and not self.text_calls_said:
+            self.text_calls_said = True
+            console.print(f"  [yellow]note:[/] the server returns tool calls as text; reading "
+                          f"them ({payload['form']} form). A tool-call parser on the server "
+                          "(vLLM: --enable-auto-tool-choice --tool-call-parser NAME) returns "
+                          "them as calls", highlight=False)
+        elif kind == "tool_result":
             result = payload["result"]
             mark = "[green]ok[/]" if result.ok else "[red]failed[/]"
             first = (result.output.strip().splitlines() or [""])[0][:90]

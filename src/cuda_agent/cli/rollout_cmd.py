@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from cuda_agent.cli import agent_options as opts
+from cuda_agent.cli.exits import REFUSED
 from cuda_agent.cli.render import console, errors
 
 
@@ -75,4 +76,4 @@ def rollout(
     for name, error in summary.failed.items():
         errors.print(f"[red]failed:[/] {name}: {error}", highlight=False)
     if summary.failed:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)

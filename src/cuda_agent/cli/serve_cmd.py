@@ -12,7 +12,7 @@ from pathlib import Path
 import typer
 
 from cuda_agent.cli import overrides
-from cuda_agent.cli.render import errors
+from cuda_agent.cli.exits import bad_input
 
 
 def serve(
@@ -43,8 +43,7 @@ def serve(
     try:
         app = create_app(config)
     except ServiceConfigError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     import uvicorn
 
     uvicorn.run(app, host=config.host, port=config.port, log_level="info",

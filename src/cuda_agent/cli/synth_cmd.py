@@ -9,6 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cuda_agent.cli import overrides
+from cuda_agent.cli.exits import REFUSED, bad_input
 from cuda_agent.cli.render import console, errors, print_json
 from cuda_agent.synth.config import FilterConfig, SynthConfig
 
@@ -43,8 +44,7 @@ def synth(ctx: typer.Context,
     if ctx.invoked_subcommand is not None:
         return
     if out is None:
-        errors.print("[red]error:[/] --out DIR is required (or use a sub-command, see --help)")
-        raise typer.Exit(2)
+        raise bad_input("--out DIR is required (or use a sub-command, see --help)")
     from cuda_agent.synth.pipeline import Pipeline
 
     config = overrides.apply(SynthConfig(
@@ -60,8 +60,7 @@ def synth(ctx: typer.Context,
         try:
             summary = Pipeline(config, out, on_progress=show).run()
         except (ValueError, FileNotFoundError) as exc:
-            errors.print(f"[red]error:[/] {exc}")
-            raise typer.Exit(2) from None
+            raise bad_input(exc) from None
     console.print(f"{summary['accepted']} tasks in {out} ({summary['candidates']} candidates, "
                   f"{summary['session']['accepted_per_hour']} accepted/hour); "
                   f"see {out / 'summary.md'}")
@@ -83,8 +82,7 @@ def check(task: str = typer.Argument(..., help="A task: FILE.py or PATH::SELECTO
     try:
         loaded = load_task(task)
     except TaskError as exc:
-        errors.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     filters = overrides.apply(FilterConfig(compile_check=compile_check, max_numel=max_numel),
                               set_)
     with WorkerPool(1, device) as pool:
@@ -103,7 +101,7 @@ def check(task: str = typer.Argument(..., help="A task: FILE.py or PATH::SELECTO
         console.print(f"[{colour}]{'accepted' if verdict.accepted else 'rejected'}[/]"
                       f" (eager {verdict.eager_ms} ms on {device})")
     if not verdict.accepted:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)
 
 
 @app.command("catalog")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import typer
 from rich.table import Table
 
-from cuda_agent.cli.render import console, errors, print_json
-from cuda_agent.tasks import TaskError, load_task, load_tasks
+from cuda_agent.cli.exits import REFUSED, bad_input
+from cuda_agent.cli.render import console, print_json
+from cuda_agent.tasks import Task, TaskError, load_task, load_tasks
 from cuda_agent.tasks.inspect import inspect_task
+from cuda_agent.tasks.loaders import each_task
 
 app = typer.Typer(help="Stage 1 - tasks: list, show and check KernelBench-format tasks.",
                   no_args_is_help=True)
@@ -24,8 +28,7 @@ def list_tasks(source: str = typer.Argument(..., help=SOURCE_HELP),
     try:
         tasks = [t for t in load_tasks(source) if level is None or t.level == level]
     except TaskError as exc:
-        errors.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     if as_json:
         for task in tasks:
             print_json(task.model_dump(exclude={"code"}))
@@ -47,8 +50,7 @@ def show(ref: str = typer.Argument(..., help="Task reference: PATH[::SELECTOR]."
         task = load_task(ref)
         spec = inspect_task(task) if inspect else None
     except TaskError as exc:
-        errors.print(f"[red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     console.rule(f"{task.label} ({task.origin}, {task.precision.value})")
     console.print(task.code, highlight=False, markup=False)
     if spec:
@@ -61,17 +63,38 @@ def show(ref: str = typer.Argument(..., help="Task reference: PATH[::SELECTOR]."
 def check(refs: list[str] = typer.Argument(..., help="Task references: PATH[::SELECTOR]."),
           inspect: bool = typer.Option(True, help="Also run get_inputs/Model in a process.")
           ) -> None:
-    """Validate tasks; exit non-zero naming the problem of each malformed one."""
-    bad = 0
+    """Validate every task of every reference, one line each; exit 1 naming the problem of
+    each malformed one."""
+    checked = bad = 0
     for ref in refs:
-        try:
-            tasks = [load_task(ref)] if "::" in ref else list(load_tasks(ref))
-            for task in tasks:
+        for item in _each(ref):
+            checked += 1
+            try:
+                if isinstance(item, TaskError):
+                    raise item
                 if inspect:
-                    inspect_task(task)
-                console.print(f"[green]ok[/] {task.label}")
-        except TaskError as exc:
-            bad += 1
-            console.print(f"[red]bad[/] {exc}", highlight=False)
+                    inspect_task(item)
+                console.print(f"[green]ok[/] {item.label}", highlight=False)
+            except TaskError as exc:
+                bad += 1
+                console.print(f"[red]bad[/] {exc}", highlight=False)
+    if checked > 1 or bad:
+        console.print(f"{checked - bad} of {checked} tasks ok", highlight=False)
     if bad:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)
+
+
+def _each(ref: str) -> Iterator[Task | TaskError]:
+    """The tasks ``ref`` names (one, with a selector), each one or the error in its place."""
+    if "::" in ref:
+        try:
+            yield load_task(ref)
+        except TaskError as exc:
+            yield exc
+        return
+    found = False
+    for item in each_task(ref):
+        found = True
+        yield item
+    if not found:
+        yield TaskError(f"{ref}: holds no tasks")

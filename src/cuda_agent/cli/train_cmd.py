@@ -13,7 +13,8 @@ from pathlib import Path
 
 import typer
 
-from cuda_agent.cli.render import console, errors
+from cuda_agent.cli.exits import bad_input
+from cuda_agent.cli.render import console
 
 app = typer.Typer(help="Train the actor and critic: RFT, value pretraining, PPO (one GPU).",
                   no_args_is_help=True)
@@ -43,8 +44,7 @@ def _run(stage: str, config_path: Path, sets: list[str]) -> None:
         result = train(config)
     except (TrainConfigError, TrainDataError, ModelLoadError, TaskError, PolicyError,
             ValueError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     last = result.metrics[-1] if result.metrics else {}
     shown = ", ".join(f"{k} {last[k]:.4g}" for k in ("loss", "reward", "explained_variance")
                       if isinstance(last.get(k), (int, float)))

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from cuda_agent.cli.exits import bad_input
 from cuda_agent.cli.render import console, errors, print_json
 
 app = typer.Typer(help="Stage 4 - agent: show recorded agent trajectories.",
@@ -24,8 +25,7 @@ def show(path: Path = typer.Argument(..., help="A trajectory file (.jsonl)."),
     try:
         trajectory = read_trajectory(path)
     except (OSError, TrajectoryError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     if as_json:
         print_json(list(trajectory.records))
     else:

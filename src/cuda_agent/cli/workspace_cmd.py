@@ -8,9 +8,9 @@ from pathlib import Path
 import typer
 
 from cuda_agent.cli import overrides
+from cuda_agent.cli.exits import REFUSED, bad_input, exit_for_reward
 from cuda_agent.cli.render import (
     console,
-    errors,
     judge_summary,
     print_build,
     print_json,
@@ -37,8 +37,7 @@ def init(
     try:
         root = init_workspace(load_task(task), directory, device, arch=arch, force=force)
     except (TaskError, WorkspaceError) as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     console.print(f"workspace ready: {root}")
     for name in sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file()
                        and ".cuda-agent" not in p.parts):
@@ -61,7 +60,7 @@ def build(directory: Path = typer.Argument(Path("."), help="The workspace."),
     else:
         print_build(result)
     if not result.ok:
-        raise typer.Exit(1)
+        raise typer.Exit(REFUSED)
 
 
 @app.command("verify")
@@ -86,8 +85,7 @@ def _workspace(directory: Path):
     try:
         return read_workspace(directory)
     except WorkspaceError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
 
 
 def _judge(directory: Path, as_json: bool, sets: list[str], time: bool, profile: bool) -> None:
@@ -104,8 +102,7 @@ def _judge(directory: Path, as_json: bool, sets: list[str], time: bool, profile:
             result = WarmJudge.attach(Path(directory), info.device if info else "").call(
                 "profile" if time else "verify")
     except WarmJudgeError as exc:
-        errors.print(f"[red]error:[/] {exc}", highlight=False)
-        raise typer.Exit(2) from None
+        raise bad_input(exc) from None
     if as_json:
         print_json(judge_summary(result))
     else:
@@ -115,8 +112,7 @@ def _judge(directory: Path, as_json: bool, sets: list[str], time: bool, profile:
         if result.profile:
             console.rule("profile (candidate)")
             print(result.profile)
-    if result.reward < 1:
-        raise typer.Exit(1)
+    exit_for_reward(result.reward)
 
 
 def _judge_here(info, sets: list[str], time: bool, profile: bool):

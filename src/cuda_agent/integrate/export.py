@@ -26,6 +26,7 @@ import jinja2
 from cuda_agent.build.builder import MODULE_NAME, TIMER_SOURCE
 from cuda_agent.integrate.load import IntegrateError, ResultFolder, locate, task_code
 from cuda_agent.paths import TEMPLATES as WORKSPACE_TEMPLATES
+from cuda_agent.workspace.examples import unused_example_files
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 KERNEL_SUFFIXES = (".cpp", ".cu", ".h", ".hpp", ".cuh", ".inc")
@@ -108,10 +109,11 @@ def _copy_sources(folder: ResultFolder, csrc: Path) -> None:
         shutil.copy2(WORKSPACE_TEMPLATES / "common" / name, csrc / name)
     if folder.device == "cuda":
         shutil.copy2(TIMER_SOURCE, csrc / TIMER_SOURCE.name)
+    unused = set(unused_example_files(folder.model_new, folder.kernels))
     for path in sorted(folder.kernels.rglob("*")):
         if path.is_symlink():
             raise IntegrateError(f"{path}: symbolic links are not exported")
-        if path.is_file() and path.suffix in KERNEL_SUFFIXES:
+        if path.is_file() and path.suffix in KERNEL_SUFFIXES and path not in unused:
             target = csrc / "kernels" / path.relative_to(folder.kernels)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target)

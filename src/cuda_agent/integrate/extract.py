@@ -15,6 +15,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import json
+import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,14 +153,17 @@ def _plan(module: nn.Module, recorder: CallRecorder, summary: str, out: Path,
 
 
 def extract(target: Target, inputs: Sequence[Any], *, out: str | Path, child: str = "",
-            init_args: Any = None, seed: int = 0, device: str | None = None) -> ExtractResult:
-    """Write the task for ``child`` of the model built from ``target`` into ``out``.
+            init_args: Any = None, seed: int = 0, device: str | None = None,
+            force: bool = False) -> ExtractResult:
+    """Write the task for ``child`` of the model built from ``target`` into ``out`` (an
+    ``out`` that holds files already is replaced only with ``force``).
 
     ``inputs``: samples for the whole model, each a spec string (see ``specs``), a callable,
     a tensor, a tuple of positional or a dict of keyword arguments.
     """
     if not inputs:
         raise ExtractError("no sample inputs: give at least one (e.g. 'long[2,16]:0..1000')")
+    claim_folder(Path(out), force)
     samples = [to_sample(value, seed + i) for i, value in enumerate(inputs)]
     model = build(target, init_args)
     if device is not None:
@@ -172,9 +176,19 @@ def extract(target: Target, inputs: Sequence[Any], *, out: str | Path, child: st
         forget_constructors(model)
 
 
+def claim_folder(out: Path, force: bool) -> None:
+    """Make ``out`` empty for a new extraction: one that holds files already (an earlier
+    extraction, say) is an ``ExtractError`` unless ``force``, which removes it."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise ExtractError(f"{out} exists and is not empty (use --force to replace it)")
+        shutil.rmtree(out) if out.is_dir() else out.unlink()
+
+
 def extract_module(model: nn.Module, samples: Sequence[Sample], child: str, out: Path,
-                   source: str) -> ExtractResult:
+                   source: str, force: bool = False) -> ExtractResult:
     """``extract`` for a model already built (by ``build``, so constructor calls are known)."""
+    claim_folder(out, force)
     device = next((str(t.device) for t in model.parameters()), None)
     matches = match_child(model, child)
     name, module = matches[0]

@@ -8,14 +8,17 @@ worker last wrote and how it ended into a ``WorkerOutcome``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import signal
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.build import diagnostics
 from cuda_agent.judge.timing import MAX_SAMPLES, clean_samples
 
 
@@ -47,9 +50,40 @@ def outcome(text: str | None, stage_text: str | None, code: int | None, timed_ou
                              f"{_describe_exit(code, stderr_tail)} (stage: {stage})",
                              stderr_tail, marks, leftover)
     if result.get("ok") is not True:
-        return WorkerOutcome(False, result, f"{result.get('stage')}: {result.get('error')}",
+        return WorkerOutcome(False, result,
+                             f"{result.get('stage')}: {describe_error(result.get('error'))}",
                              stderr_tail, marks, leftover)
     return WorkerOutcome(True, result, None, stderr_tail, marks, leftover)
+
+
+ERROR_SHOWN = 800
+"""The most of a worker's error a reason quotes, a compiler's diagnostics aside."""
+COMPILER_ERRORS_SHOWN = 5
+"""The most compiler errors a reason quotes."""
+_NINJA_STEP = re.compile(r": \[\d+/\d+\] ")
+_BUILD_LOG = re.compile(r"Error building extension|^FAILED: ", re.MULTILINE)
+"""What marks an error as a failed build's log (torch's cpp_extension runs ninja)."""
+
+
+def describe_error(error: str | None) -> str:
+    """A worker's error as a verdict's reason. A failed build that ran a compiler (torch's
+    ``load_inline`` raises with the whole ninja log, command lines first) becomes its first
+    words and the compiler's own error lines (``main.cpp:6:3: error: ...``); any other
+    error its first ``ERROR_SHOWN`` characters."""
+    text = str(error)
+    if not _BUILD_LOG.search(text):
+        return text[:ERROR_SHOWN]
+    found = [d for d in diagnostics.parse(text) if d.severity in ("error", "fatal error")]
+    if not found:
+        return text[:ERROR_SHOWN]
+    first = text.splitlines()[0]
+    step = _NINJA_STEP.search(first)
+    head = first[:step.start()] if step else first[:200]
+    shown = [str(dataclasses.replace(d, file=os.path.basename(d.file) if d.file else None))
+             for d in found[:COMPILER_ERRORS_SHOWN]]
+    more = len(found) - len(shown)
+    return (f"{head}: " + "; ".join(shown)
+            + (f"; and {more} more error(s)" if more > 0 else ""))
 
 
 def _describe_exit(code: int | None, stderr_tail: str) -> str:
@@ -87,7 +121,7 @@ def read_small(path: Path, limit: int) -> str | None:
         os.close(fd)
 
 
-_TEXTS = {"stage": 80, "error": 2000, "traceback": 4000, "time_meaning": 16,
+_TEXTS = {"stage": 80, "error": 16_000, "traceback": 4000, "time_meaning": 16,
           "profile": 20_000, "float64_error": 300, "seccomp": 300, "degenerate": 2000}
 """A report's text fields, each cut to this many characters."""
 _FLAGS = ("ok", "float64")

@@ -33,6 +33,10 @@ import torch
 
 from cuda_agent.judge import timing  # noqa: F401  (binds the clocks before candidate code)
 
+ERROR_CHARS = 16_000
+"""The most of an exception's message a report keeps: enough for the compiler's log that
+``load_inline``'s error carries (the judge picks the compiler's errors out of it)."""
+
 LIFELINE_ENV = "CUDA_AGENT_LIFELINE_FD"
 """The environment variable naming the worker's end of its lifeline (``hold_lifeline``)."""
 
@@ -143,7 +147,7 @@ def _follow_ups(out: Path, mark) -> None:
             roles.reference_kept(json.loads(line), out, result, number)
             result["ok"] = True
         except BaseException as exc:
-            result["error"] = f"{type(exc).__name__}: {str(exc)[:800]}"
+            result["error"] = f"{type(exc).__name__}: {str(exc)[:ERROR_CHARS]}"
             result["traceback"] = "".join(traceback.format_exception(
                 type(exc), exc, exc.__traceback__))[-3000:]
         _report(result, out / f"result-{number}.json")
@@ -268,7 +272,7 @@ def main(out_dir: str, mark_fd: str, imports: str = "trace") -> int:
         result["stage"], result["error"] = exc.stage, str(exc)
     except BaseException as exc:  # the candidate's own errors, reported not raised
         tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
-        result["error"] = f"{type(exc).__name__}: {str(exc)[:800]}"
+        result["error"] = f"{type(exc).__name__}: {str(exc)[:ERROR_CHARS]}"
         result["traceback"] = "".join(tb)[-3000:]
     try:  # the candidate's code may have replaced any of this: it cannot end the worker
         _report(result, out / "result.json")

@@ -68,35 +68,48 @@ def select(tasks: list[Task], selector: str, ref: str) -> Task:
 
 
 def load_tasks(source: str | Path, precision: Precision | None = None) -> Iterator[Task]:
-    """Yield every task in ``source``; each one is statically checked."""
+    """Yield every task in ``source``; each one is statically checked, and the first
+    malformed one raises its ``TaskError``."""
+    for item in each_task(source, precision):
+        if isinstance(item, TaskError):
+            raise item
+        yield item
+
+
+def each_task(source: str | Path, precision: Precision | None = None
+              ) -> Iterator[Task | TaskError]:
+    """Every task in ``source`` in order, or in its place the ``TaskError`` that names what is
+    wrong with it, and on to the next one (``tasks check`` reports them all); a source that
+    cannot be read at all is one ``TaskError``."""
     source = str(source)
     if source.startswith(BUILTIN_PREFIX):
-        yield from _builtin(source[len(BUILTIN_PREFIX) :], precision)
+        yield _builtin(source[len(BUILTIN_PREFIX) :], precision)
         return
     path = Path(source)
     if not path.exists():
-        raise TaskError(f"{path}: no such file or directory")
-    if path.is_dir():
+        yield TaskError(f"{path}: no such file or directory")
+    elif path.is_dir():
         yield from _directory(path, precision)
     elif path.suffix == ".py":
-        yield _make(path.read_text(), str(path), name=path.stem, precision=precision)
+        yield _attempt(path.read_text, str(path), name=path.stem, precision=precision)
     elif path.suffix in (".jsonl", ".json"):
         yield from _rows(_jsonl_rows(path), str(path), precision)
     elif path.suffix == ".parquet":
         yield from _rows(_parquet_rows(path), str(path), precision)
     else:
-        raise TaskError(f"{path}: unknown task format (expected .py, .jsonl, .parquet or a folder)")
+        yield TaskError(f"{path}: unknown task format (expected .py, .jsonl, .parquet or a "
+                        "folder)")
 
 
-def _builtin(name: str, precision: Precision | None) -> Iterator[Task]:
+def _builtin(name: str, precision: Precision | None) -> Task | TaskError:
     path = builtin_dir() / name / "model.py"
     if not path.is_file():
-        raise TaskError(f"builtin:{name}: no such example; known: {', '.join(builtin_names())}")
-    yield _make(path.read_text(), f"builtin:{name}", name=name, origin="builtin",
-                precision=precision)
+        return TaskError(f"builtin:{name}: no such example; known: {', '.join(builtin_names())}")
+    return _attempt(path.read_text, f"builtin:{name}", name=name, origin="builtin",
+                    precision=precision)
 
 
-def _directory(path: Path, precision: Precision | None) -> Iterator[Task]:
+def _directory(path: Path, precision: Precision | None) -> Iterator[Task | TaskError]:
     if (path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists():
         import datasets
 
@@ -111,22 +124,23 @@ def _directory(path: Path, precision: Precision | None) -> Iterator[Task]:
             level = int(_LEVEL_DIR.match(level_dir.name)[1])
             files = [(f, _PROBLEM_FILE.match(f.name)) for f in level_dir.glob("*.py")]
             for file, m in sorted((x for x in files if x[1]), key=lambda x: int(x[1][1])):
-                yield _make(file.read_text(), str(file), name=file.stem, origin="kernelbench",
-                            level=level, problem_id=int(m[1]), precision=precision)
+                yield _attempt(file.read_text, str(file), name=file.stem,
+                               origin="kernelbench", level=level, problem_id=int(m[1]),
+                               precision=precision)
         return
     shards = sorted([*path.glob("*.jsonl"), *path.glob("*.parquet")])
     if shards:
         for shard in shards:
-            yield from load_tasks(shard, precision)
+            yield from each_task(shard, precision)
         return
     files = sorted(path.glob("*.py"))
     if not files:
-        raise TaskError(f"{path}: folder holds no tasks (.py files, level*/ folders or shards)")
+        yield TaskError(f"{path}: folder holds no tasks (.py files, level*/ folders or shards)")
     for file in files:
-        yield _make(file.read_text(), str(file), name=file.stem, precision=precision)
+        yield _attempt(file.read_text, str(file), name=file.stem, precision=precision)
 
 
-def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
+def _jsonl_rows(path: Path) -> Iterator[dict[str, Any] | TaskError]:
     with path.open() as handle:
         for lineno, line in enumerate(handle, 1):
             if not line.strip():
@@ -134,9 +148,11 @@ def _jsonl_rows(path: Path) -> Iterator[dict[str, Any]]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise TaskError(f"{path}:{lineno}: invalid JSON: {exc.msg}") from None
+                yield TaskError(f"{path}:{lineno}: invalid JSON: {exc.msg}")
+                continue
             if not isinstance(row, dict):
-                raise TaskError(f"{path}:{lineno}: each line must be a JSON object")
+                yield TaskError(f"{path}:{lineno}: each line must be a JSON object")
+                continue
             row.setdefault("_where", f"{path}:{lineno}")
             yield row
 
@@ -149,22 +165,35 @@ def _parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
         yield row
 
 
-def _rows(rows: Iterable[dict[str, Any]], where: str, precision: Precision | None
-          ) -> Iterator[Task]:
+def _rows(rows: Iterable[dict[str, Any] | TaskError], where: str,
+          precision: Precision | None) -> Iterator[Task | TaskError]:
     for index, row in enumerate(rows):
+        if isinstance(row, TaskError):
+            yield row
+            continue
         row = dict(row)
         loc = row.pop("_where", f"{where}#{index}")
-        if "code" not in row:
-            raise TaskError(f"{loc}: row has no 'code' field (fields: {sorted(row)})")
-        if "ops" in row or "data_source" in row:
-            yield _ops_row(row, loc, index, precision)
-        elif "level" in row and "problem_id" in row:
-            yield _make(row["code"], loc, name=str(row.get("name") or f"{row['problem_id']}"),
-                        origin="kernelbench", level=int(row["level"]),
-                        problem_id=int(row["problem_id"]), precision=precision)
-        else:
-            yield _make(row["code"], loc, name=str(row.get("name") or f"row_{index:06d}"),
-                        precision=precision)
+        try:
+            yield _row(row, loc, index, precision)
+        except TaskError as exc:
+            yield exc
+
+
+def _row(row: dict[str, Any], loc: str, index: int, precision: Precision | None) -> Task:
+    if "code" not in row:
+        raise TaskError(f"{loc}: row has no 'code' field (fields: {sorted(row)})")
+    if "ops" in row or "data_source" in row:
+        return _ops_row(row, loc, index, precision)
+    if "level" in row and "problem_id" in row:
+        try:
+            level, problem = int(row["level"]), int(row["problem_id"])
+        except (TypeError, ValueError):
+            raise TaskError(f"{loc}: 'level' and 'problem_id' must be whole numbers") from None
+        return _make(row["code"], loc, name=str(row.get("name") or f"{problem}"),
+                     origin="kernelbench", level=level, problem_id=problem,
+                     precision=precision)
+    return _make(row["code"], loc, name=str(row.get("name") or f"row_{index:06d}"),
+                 precision=precision)
 
 
 def _ops_row(row: dict[str, Any], loc: str, index: int, precision: Precision | None) -> Task:
@@ -182,10 +211,25 @@ def _ops_row(row: dict[str, Any], loc: str, index: int, precision: Precision | N
                  precision=precision or row.get("precision"), metadata=extra)
 
 
+def _attempt(read: Any, where: str, **fields: Any) -> Task | TaskError:
+    """``_make`` of the code ``read()`` returns, or the ``TaskError`` saying why not."""
+    try:
+        return _make(read(), where, **fields)
+    except TaskError as exc:
+        return exc
+    except (OSError, UnicodeDecodeError) as exc:
+        return TaskError(f"{where}: cannot read: {exc}")
+
+
 def _make(code: str, where: str, *, name: str, origin: str = "file",
           precision: Precision | str | None = None, **fields: Any) -> Task:
     if not isinstance(code, str) or not code.strip():
         raise TaskError(f"{where}: task code is empty")
     check_source(code, where)
-    return Task(name=name, code=code, origin=origin, source=where,
-                precision=Precision(precision or Precision.FP32), **fields)
+    try:
+        declared = Precision(precision or Precision.FP32)
+    except ValueError:
+        known = ", ".join(p.value for p in Precision)
+        raise TaskError(f"{where}: unknown precision {precision!r} (known: {known})") from None
+    return Task(name=name, code=code, origin=origin, source=where, precision=declared,
+                **fields)
