@@ -198,9 +198,8 @@ def compile_cuda_units(root: Path) -> list[tuple]:
 
     builder = Builder(BuildConfig(device="cuda", arch="90a"))
     chain = toolchain.detect("cuda", builder.cache, arch="90a")
-    header_hash = builder._headers_hash(root)
+    files = builder.kernel_files(root)
     with ThreadPoolExecutor() as threads:
-        return list(threads.map(lambda source: builder._object(root, source, chain,
-                                                               header_hash),
-                                builder._sources(root)))
+        return list(threads.map(lambda source: builder._object(source, chain, files),
+                                [rel for rel, _ in files.sources]))
 

@@ -3,7 +3,8 @@
 A judge killed outright (SIGKILL, out of memory, a pool replacing a hung worker) runs no
 cleanup, so the candidate's snapshot, the workers' folders and the build's scratch would
 stay in /tmp or the cache for good. Each such folder is named ``PREFIX<pid>-XXXX``; the next
-judge on the machine removes those of its own user whose process no longer exists.
+judge on the machine removes those of its own user whose process no longer exists, and
+ends any process still working in one.
 
     folder = owned_dir("cuda-agent-judge-")          # /tmp/cuda-agent-judge-1234-ab12cd
     sweep("cuda-agent-judge-")                       # removes the dead ones
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -45,9 +47,26 @@ def sweep(prefix: str, parent: str | Path | None = None) -> int:
             if (info.st_uid != os.getuid() or not entry.is_dir() or entry.is_symlink()
                     or time.time() - info.st_mtime < MIN_AGE_S):
                 continue
+            _kill_inside(entry)
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1
     return removed
+
+
+def _kill_inside(folder: Path) -> None:
+    """SIGKILL this user's processes working in ``folder`` (a compiler of a dead judge that
+    nothing else would end: one blocked on a read uses no CPU, so no CPU limit ends it)."""
+    inside = str(folder.resolve())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if cwd == inside or cwd.startswith(inside + "/"):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def _owner(name: str, prefix: str) -> int | None:

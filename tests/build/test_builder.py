@@ -126,13 +126,13 @@ def test_nvcc_compiles_cuda_sources_and_reports_errors(tmp_path: Path):
         f"// {uuid.uuid4()}\n"
         "#include <cuda_runtime.h>\n__global__ void k(float* x) { x[threadIdx.x] = 1; }\n"
         'extern "C" void k_launch(float* x, cudaStream_t s) { k<<<1, 32, 0, s>>>(x); }\n')
-    source, status, obj, log = builder._object(tmp_path, Path("kernels/k.cu"), chain, "h")
+    source, status, obj, log = _unit(builder, chain, tmp_path)
     assert status == "compiled", log
     assert obj.exists()
-    assert builder._object(tmp_path, Path("kernels/k.cu"), chain, "h")[1] == "cached"
+    assert _unit(builder, chain, tmp_path)[1] == "cached"
     src.write_text(f"// {uuid.uuid4()}\n"
                    "__global__ void k(float* x) { x[threadIdx.x] = undefined_y; }\n")
-    _, status, _, log = builder._object(tmp_path, Path("kernels/k.cu"), chain, "h")
+    _, status, _, log = _unit(builder, chain, tmp_path)
     from cuda_agent.build.diagnostics import parse
 
     (error,) = [d for d in parse(log) if d.file]
@@ -191,3 +191,8 @@ def test_device_timer_compiles_once_for_cuda():
     assert ok, log
     assert builder._fixed_object(chain, TIMER_SOURCE, False) == (True, None, obj)  # cached
     assert _symbols(obj, "T") >= TIMER_SYMBOLS
+
+
+def _unit(builder, chain, root: Path) -> tuple:
+    """Compile ``root/kernels/k.cu`` alone: the builder's (source, status, object, log)."""
+    return builder._object(Path("kernels/k.cu"), chain, builder.kernel_files(root))

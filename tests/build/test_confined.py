@@ -156,3 +156,106 @@ def test_a_judge_killed_mid_build_leaves_no_compiler(tmp_path: Path):
         judge.send_signal(signal.SIGKILL)
         judge.wait()
     assert _gone(mark)
+
+
+@pytest.mark.parametrize("name", ['k"$(touch PWNED).cpp', "k`touch PWNED`.cpp", "a b.cpp",
+                                  "-x.cpp", ".hidden.cpp", "k;touch PWNED.cpp"])
+def test_a_file_name_outside_the_plain_set_is_refused(tmp_path: Path, name: str):
+    """A name reaches compilers' command lines, and nvcc hands them to a shell."""
+    root = _workspace(tmp_path / "ws", "ok.cpp", "int f() { return 1; }\n")
+    (root / "kernels" / name).write_text("int g() { return 2; }\n")
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(root)
+    assert not result.ok and "may hold only letters" in result.log
+    assert not list(tmp_path.rglob("PWNED")) and not Path("PWNED").exists()
+
+
+@pytest.mark.parametrize("kind", ["gch", "fifo", "dir-link", "header-link"])
+def test_precompiled_headers_links_and_special_files_are_refused(tmp_path: Path, kind: str):
+    root = _workspace(tmp_path / "ws", "k.cpp", '#include "x.h"\nint f() { return X; }\n')
+    (root / "kernels" / "x.h").write_text("#define X 1\n")
+    if kind == "gch":
+        (root / "kernels" / "x.h.gch").mkdir()
+        (root / "kernels" / "x.h.gch" / "evil.h").write_text("#define X 42\n")
+    elif kind == "fifo":
+        os.mkfifo(root / "kernels" / "pipe.h")
+    elif kind == "dir-link":
+        (tmp_path / "elsewhere").mkdir()
+        (root / "kernels" / "more").symlink_to(tmp_path / "elsewhere")
+    else:
+        (tmp_path / "big.h").write_text("#define Y 2\n")
+        (root / "kernels" / "y.h").symlink_to(tmp_path / "big.h")
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(root)
+    assert not result.ok
+    assert any(word in result.log for word in ("precompiled", "regular file", "links"))
+
+
+@pytest.mark.parametrize("target", ["kernels/val.cpp", "model_new.py"])
+def test_a_source_sees_only_the_headers_and_itself(tmp_path: Path, target: str):
+    """An object is cached under its headers' and its own bytes: a source that includes
+    another source or the workspace's model_new.py would be keyed without them."""
+    root = _workspace(tmp_path / "ws", "a.cpp", f'#include "{Path("..") / target}"\n'
+                      "int f() { return VALUE; }\n")
+    (root / target).write_text("#define VALUE 1\n")
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(root)
+    assert not result.ok and "No such file" in result.log
+
+
+@needs_ns
+def test_a_confined_command_cannot_undo_or_write_past_its_jail(tmp_path: Path):
+    scratch, cwd = tmp_path / "scratch", tmp_path / "cwd"
+    scratch.mkdir()
+    cwd.mkdir()
+    probe = Path(sys.prefix) / f"jail-probe-{uuid.uuid4().hex}"
+    script = (f"umount -l /tmp && echo UNMOUNTED; touch {probe} && echo WROTE; "
+              "touch here && echo CWD; echo tmp=$TMPDIR")
+    done = Jail.make("on", 30, None).run(["sh", "-c", script], cwd, scratch, 30)
+    assert "UNMOUNTED" not in done.output and "WROTE" not in done.output
+    assert "CWD" not in done.output and not probe.exists()
+    assert f"tmp={scratch}" in done.output
+
+
+@pytest.mark.nvcc
+@needs_ns
+def test_split_nvcc_runs_its_stages_inside_the_jail(tmp_path: Path):
+    """The split's stages and merge all write inside the builder's scratch folder, so a
+    confined compile keeps the split (no fallback to plain nvcc), /tmp home or not."""
+    from cuda_agent.build import nvcc_split, toolchain
+
+    builder = Builder(BuildConfig(device="cuda", arch="90"))
+    chain = builder._chain = toolchain.detect("cuda", builder.cache, arch="90")
+    root = _workspace(tmp_path / "ws", "k.cu", "__global__ void k(float* x) { x[0] = 1; }\n")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    cmd = builder._command(chain, "kernels/k.cu", str(scratch / "k.o"))
+    done = nvcc_split.compile_cu(cmd, root, 120, scratch, builder.jail)
+    assert done.ok and done.fallback is None, (done.fallback, done.log)
+    assert (scratch / "k.o").is_file()
+
+
+def test_an_output_over_the_cap_is_not_kept(tmp_path: Path, monkeypatch):
+    from cuda_agent.build import builder as builder_module
+
+    monkeypatch.setattr(builder_module, "MAX_OUTPUT_BYTES", 1 << 20)
+    source = 'asm(".section .rodata\\n.fill 2097152, 1, 0\\n.previous");\nint f();\n'
+    root = _workspace(tmp_path / "ws", "k.cpp", source)
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(root)
+    assert not result.ok and "not kept" in result.log
+
+
+def test_a_process_left_in_a_dead_builds_folder_is_ended(tmp_path: Path):
+    from cuda_agent import leftovers
+
+    code = ("from cuda_agent import leftovers; import os, signal; "
+            f"print(leftovers.owned_dir('build-', {str(tmp_path)!r}), flush=True); "
+            "os.kill(os.getpid(), signal.SIGKILL)")
+    made = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    folder = Path(made.stdout.strip())
+    stuck = subprocess.Popen(["sleep", "600"], cwd=folder)
+    try:
+        past = time.time() - 3600
+        os.utime(folder, (past, past))
+        assert leftovers.sweep("build-", tmp_path) == 1
+        assert stuck.wait(timeout=60) == -signal.SIGKILL
+    finally:
+        stuck.kill()
+        stuck.wait()

@@ -265,7 +265,12 @@ def test_builder_keeps_split_and_plain_objects_apart(tmp_path: Path):
     for split in (True, False):
         builder = Builder(BuildConfig(device="cuda", arch="90", split_nvcc=split))
         chain = toolchain.detect("cuda", builder.cache, arch="90")
-        _, status, obj, log = builder._object(tmp_path, Path("kernels/k.cu"), chain, "h")
+        _, status, obj, log = _unit(builder, chain, tmp_path)
         assert status == "compiled", log
         keys.add(obj)
     assert len(keys) == 2
+
+
+def _unit(builder, chain, root: Path) -> tuple:
+    """Compile ``root/kernels/k.cu`` alone: the builder's (source, status, object, log)."""
+    return builder._object(Path("kernels/k.cu"), chain, builder.kernel_files(root))

@@ -29,14 +29,17 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from cuda_agent import leftovers
-from cuda_agent.build import diagnostics, link, nvcc_split, symbols, toolchain
+from cuda_agent.build import diagnostics, link, nvcc_split, sources, symbols, toolchain
 from cuda_agent.build.confined import Jail
 from cuda_agent.build.link import MODULE_NAME
+from cuda_agent.build.sources import KernelFiles
 from cuda_agent.build.toolchain import Toolchain, ToolchainError
 from cuda_agent.paths import TEMPLATES, home_dir
 from cuda_agent.results import BuildResult, Diagnostic
 
-HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
+MAX_OUTPUT_BYTES = 256 << 20
+"""An object or module larger than this is not kept (a build's cache stays bounded)."""
+REGISTRY = TEMPLATES / "common" / "binding_registry.h"
 BINDING_LABEL = "binding.cpp (fixed layer, once per toolchain)"
 TIMER_LABEL = "judge_timer.cu (fixed layer, once per toolchain)"
 TIMER_SOURCE = Path(__file__).resolve().parent / "judge_timer.cu"
@@ -116,17 +119,17 @@ class Builder:
         start = time.perf_counter()
         root = Path(root).resolve()
         try:
-            sources = self._sources(root)
+            files = self.kernel_files(root)
             chain = self.chain
-        except (ToolchainError, ValueError) as exc:
+        except (ToolchainError, ValueError, OSError) as exc:
             diag = Diagnostic(None, None, None, "error", str(exc))
             return BuildResult(False, self.config.device, None, (diag,), log=str(exc))
-        header_hash = self._headers_hash(root)
         jobs = self.config.jobs or os.cpu_count() or 1
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             fixed_jobs = [(label, pool.submit(self._fixed_object, chain, source, heavy))
                           for label, source, heavy in self._fixed_sources(chain)]
-            units = list(pool.map(lambda s: self._object(root, s, chain, header_hash), sources))
+            units = list(pool.map(lambda s: self._object(s, chain, files),
+                                  [rel for rel, _ in files.sources]))
             fixed = [(label, *job.result()) for label, job in fixed_jobs]
         logs = [u[3] for u in units if u[3]]
         for label, ok, log, _ in fixed:
@@ -184,32 +187,11 @@ class Builder:
             raise ToolchainError(f"tracer module failed to link:\n{linked.log}")
         return str(linked.path)
 
-    def _sources(self, root: Path) -> list[Path]:
-        kernels = root / "kernels"
-        if not kernels.is_dir():
-            raise ValueError(f"{kernels}: no kernels/ folder")
+    def kernel_files(self, root: Path) -> KernelFiles:
+        """``root/kernels`` read once and checked (``sources.kernel_files``)."""
         wanted = (".cpp", ".cu") if self.config.device == "cuda" else (".cpp",)
-        sources = sorted(p for p in kernels.rglob("*") if p.suffix in (".cpp", ".cu"))
-        for path in sources:
-            if path.is_symlink():
-                raise ValueError(f"{path.relative_to(root)}: symbolic links are not allowed")
-            if path.suffix not in wanted:
-                raise ValueError(f"{path.relative_to(root)}: CUDA sources need --device cuda; "
-                                 "the CPU target builds kernels/*.cpp with g++")
-        if not sources:
-            raise ValueError("kernels/ holds no sources (*.cpp" +
-                             (", *.cu" if self.config.device == "cuda" else "") + ")")
-        if len(sources) > self.config.max_sources:
-            raise ValueError(f"kernels/ holds {len(sources)} sources; at most "
-                             f"{self.config.max_sources} are built")
-        return [p.relative_to(root) for p in sources]
-
-    def _headers_hash(self, root: Path) -> str:
-        digest = hashlib.sha256((TEMPLATES / "common" / "binding_registry.h").read_bytes())
-        for path in sorted((root / "kernels").rglob("*")):
-            if path.suffix in HEADER_SUFFIXES and path.is_file():
-                digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
-        return digest.hexdigest()
+        return sources.kernel_files(Path(root).resolve(), wanted, self.config.max_sources,
+                                    REGISTRY.read_bytes())
 
     def _command(self, chain: Toolchain, source: str, obj: str, heavy: bool = False
                  ) -> list[str]:
@@ -235,15 +217,20 @@ class Builder:
     def _object_path(self, key: str) -> Path:
         return self.cache / "objects" / key[:2] / f"{key}.o"
 
-    def _compile(self, cmd: list[str], cwd: Path, obj: Path, split: bool = False
-                 ) -> tuple[bool, str]:
+    def _compile(self, cmd: list[str], cwd: Path | None, obj: Path, split: bool = False,
+                 view: tuple[KernelFiles, Path] | None = None) -> tuple[bool, str]:
         """Run ``cmd`` (its last argument replaced by a file in a fresh scratch folder, the
-        only place it may write) confined, and move the output to ``obj``."""
+        only place it may write) confined, in ``cwd`` or, given ``view`` (the kernel files
+        and a source), in that source's view; move the output to ``obj``."""
         jail = self.jail
         obj.parent.mkdir(parents=True, exist_ok=True)
         (self.cache / "scratch").mkdir(parents=True, exist_ok=True)
-        scratch = leftovers.owned_dir(SCRATCH_DIR, self.cache / "scratch")
+        owned = leftovers.owned_dir(SCRATCH_DIR, self.cache / "scratch")
         try:
+            scratch = owned / "out"
+            scratch.mkdir()
+            if view is not None:
+                cwd = sources.write_view(*view, owned / "view")
             out = scratch / obj.name
             cmd = [*cmd[:-1], str(out)]
             if split:
@@ -251,23 +238,26 @@ class Builder:
             else:
                 done = nvcc_split.run_command(cmd, cwd, self.config.timeout_s, None, jail,
                                               scratch)
-            if done.ok and out.is_file() and not out.is_symlink():
-                os.replace(out, obj)
-                return True, done.log
-            return False, done.log
+            if not (done.ok and out.is_file() and not out.is_symlink()):
+                return False, done.log
+            if out.stat().st_size > MAX_OUTPUT_BYTES:
+                return False, (f"{done.log}\nerror: the compiler's output is over "
+                               f"{MAX_OUTPUT_BYTES >> 20} MiB; not kept\n")
+            os.replace(out, obj)
+            return True, done.log
         finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+            shutil.rmtree(owned, ignore_errors=True)
 
-    def _object(self, root: Path, source: Path, chain: Toolchain, header_hash: str
+    def _object(self, source: Path, chain: Toolchain, files: KernelFiles
                 ) -> tuple[str, str, Path, str]:
         cmd = self._command(chain, str(source), "OUT")
         split = self.config.split_nvcc and source.suffix == ".cu"
         command = " ".join(cmd) + (f" {nvcc_split.CACHE_MARKER}" if split else "")
-        key = _hash(chain.fingerprint, header_hash, command, (root / source).read_bytes())
+        key = _hash(chain.fingerprint, files.header_hash, command, dict(files.sources)[source])
         obj = self._object_path(key)
         if obj.exists():
             return str(source), "cached", obj, ""
-        ok, log = self._compile(cmd, root, obj, split)
+        ok, log = self._compile(cmd, None, obj, split, (files, source))
         return str(source), "compiled" if ok else "failed", obj, log
 
     @staticmethod

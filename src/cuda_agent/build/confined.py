@@ -15,10 +15,15 @@ process of a build runs through a ``Jail``, which makes these properties hold:
 - **How long it lives.** Everything it starts dies when the command returns, times out or
   is killed, and when the judge itself dies: the namespace's first process is the command,
   the namespace dies with it, and ``unshare`` gets SIGKILL when its parent thread ends
-  (``PR_SET_PDEATHSIG``). Each process also has ``RLIMIT_CPU``, so even where namespaces
-  cannot be made nothing outlives the build by more than its CPU limit.
+  (``PR_SET_PDEATHSIG``). Without namespaces the process group is killed at the end and on
+  timeout, but a compiler whose judge was SIGKILLed can outlive it blocked (a read that
+  never ends uses no CPU, so ``RLIMIT_CPU`` does not end it); the next judge's sweep of
+  dead judges' folders (``leftovers``) kills every process working in them.
+- **What it may change.** Every mount is read-only but its scratch folder, and it runs with
+  no capability, so it cannot undo that; its temporary files go to the scratch folder.
 - **What it uses.** ``RLIMIT_AS`` bounds each process's memory, ``RLIMIT_FSIZE`` each file
-  it writes, and the output kept is cut at ``output_bytes`` (the rest is read and dropped).
+  it writes (1 GiB), and the output kept is cut at ``output_bytes`` (the rest is read and
+  dropped).
 
 Where namespaces cannot be made (``confine='auto'``), the limits and the process-group kill
 still hold and ``Jail.isolated`` is False; ``confine='on'`` refuses to build there.
@@ -49,38 +54,40 @@ HIDDEN_ROOTS = ("/tmp/", "/dev/shm/")
 _PR_SET_PDEATHSIG = 1
 
 # $1: the paths to show read-only, $2: the scratch folder (writable), $3: the working
-# folder; one path per line. Paths under /tmp are bound under a private /dev/shm before
-# /tmp is covered, then moved into the fresh /tmp (mount --move keeps them), so /tmp and
-# /dev/shm hold nothing else; the read-only ones elsewhere are bound onto themselves to be
-# made read-only, the scratch folder last, writable. The command becomes the namespace's
-# first process.
+# folder; one path per line. Every mount is made read-only first (but the namespace's own
+# /proc). Paths under /tmp are bound under a fresh /dev/shm before /tmp is covered by a
+# small tmpfs, then moved into it (mount --move keeps them), so /tmp and /dev/shm hold
+# nothing else; the scratch folder is then made writable. The command runs with no
+# capability left (an empty bounding set, no new privileges), so nothing it runs can undo a
+# mount, and as the namespace's first process.
 CONFINE = r"""set -eu
 ro=$1; rw=$2; cwd=$3; shift 3
-mount -t tmpfs -o size=64m,nosuid,nodev tmpfs /dev/shm
+for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
+  case "$m" in /proc|/proc/*) continue ;; esac
+  mount -n -o remount,bind,ro "$m" ||
+    { echo "build-confine: cannot make $m read-only" >&2; exit 125; }
+done
+mount -n -t tmpfs -o size=64m,nosuid,nodev tmpfs /dev/shm
 n=0
 IFS='
 '
 for p in $ro $rw; do
   case "$p" in /tmp/*|/dev/shm/*) ;; *) continue ;; esac
-  n=$((n+1)); mkdir -p "/dev/shm/k$n"; mount --bind "$p" "/dev/shm/k$n"
+  n=$((n+1)); mkdir -p "/dev/shm/k$n"; mount -n --bind "$p" "/dev/shm/k$n"
 done
-mount -t tmpfs -o size=2g,nosuid,nodev tmpfs /tmp
+mount -n -t tmpfs -o size=64m,nosuid,nodev tmpfs /tmp
 n=0
 for p in $ro $rw; do
   case "$p" in /tmp/*|/dev/shm/*) ;; *) continue ;; esac
-  n=$((n+1)); mkdir -p "$p"; mount --move "/dev/shm/k$n" "$p"
-done
-for p in $ro; do
-  case "$p" in /tmp/*|/dev/shm/*) ;; *) mount --bind "$p" "$p" ;; esac
-  mount -o remount,bind,ro "$p"
+  n=$((n+1)); mkdir -p "$p"; mount -n --move "/dev/shm/k$n" "$p"
 done
 for p in $rw; do
-  case "$p" in /tmp/*|/dev/shm/*) ;; *) mount --bind "$p" "$p" ;; esac
-  mount -o remount,bind,rw "$p"
+  case "$p" in /tmp/*|/dev/shm/*) ;; *) mount -n --bind "$p" "$p" ;; esac
+  mount -n -o remount,bind,rw "$p"
 done
 unset IFS
 cd "$cwd"
-exec "$@"
+exec setpriv --bounding-set=-all --inh-caps=-all --no-new-privs -- "$@"
 """
 
 
@@ -106,7 +113,7 @@ class Jail:
     """Paths under /tmp or /dev/shm every command may read (the Python environment...)."""
     cpu_s: int | None = None
     memory_bytes: int | None = None
-    file_bytes: int | None = 4 << 30
+    file_bytes: int | None = 1 << 30
     output_bytes: int = 1 << 20
 
     @classmethod
@@ -127,6 +134,11 @@ class Jail:
         """Start ``argv`` in ``cwd`` (read-only) with ``scratch`` writable; its output
         (stdout and stderr together) is the pipe ``proc.stdout``; read it with ``drain``."""
         cwd, scratch = Path(cwd).resolve(), Path(scratch).resolve()
+        # temporary files (cc1plus's assembly, nvcc's stages) go to the scratch folder, on
+        # disk and under RLIMIT_FSIZE, not to a tmpfs that is memory no limit counts
+        env = dict(os.environ if env is None else env)
+        if not Path(env.get("TMPDIR", "/")).resolve().is_relative_to(scratch):
+            env["TMPDIR"] = str(scratch)
         if self.isolated:
             ro = "\n".join([str(cwd), *(p for p in self.expose if p != str(cwd))])
             rw = str(scratch)
@@ -208,7 +220,7 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
 @functools.cache
 def namespaces_work() -> bool:
     """Whether a build's namespaces can be made here (checked once per process)."""
-    if not shutil.which("unshare"):
+    if not all(shutil.which(tool) for tool in ("unshare", "setpriv", "awk")):
         return False
     try:
         done = subprocess.run([*_prefix(), "/bin/sh", "-c", CONFINE, "probe", "", "", "/",

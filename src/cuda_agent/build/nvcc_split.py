@@ -118,7 +118,8 @@ def compile_cu(cmd: Sequence[str], cwd: Path, timeout_s: float,
     jail = jail or Jail(isolated=False)
     try:
         plan = plan_stages(_dry_run(cmd, cwd, keep, timeout_s, jail), keep, cmd[-1])
-        status, log = _execute(plan, cwd, deadline, jail, keep)
+        # the stages write in ``keep``, the object in ``scratch`` (which holds ``keep``)
+        status, log = _execute(plan, cwd, deadline, jail, scratch or keep)
         if status == "timeout":
             return Compiled(False, _timed_out(timeout_s))
         if status != "fallback":
@@ -285,7 +286,8 @@ def _execute(plan: Plan, cwd: Path, deadline: float, jail: Jail, scratch: Path
     """Run the graph: ("ok" | "failed", log), ("timeout", "") or ("fallback", reason)."""
     for path, text in plan.files:
         path.write_text(text)
-    env = {**os.environ, **dict(plan.env)}
+    # their temporary files go beside the stages' own, removed with them
+    env = {**os.environ, **dict(plan.env), "TMPDIR": str(plan.fatbin.parent)}
     stages, index = plan.stages, {s.kind: i for i, s in enumerate(plan.stages)}
     done: queue.Queue[tuple[int, int, str]] = queue.Queue()
     procs: dict[int, subprocess.Popen[bytes]] = {}

@@ -262,7 +262,7 @@ def _compile(tmp_path: Path, names: list[str]):
     for name in names:
         text = textwrap.dedent(CUDA_SOURCES[name])
         (tmp_path / "kernels" / name).write_text(f"// {uuid.uuid4()}\n{text}")
-        unit = builder._object(tmp_path, Path("kernels") / name, chain, "honest")
+        unit = builder._object(Path("kernels") / name, chain, builder.kernel_files(tmp_path))
         assert unit[1] == "compiled", unit[3][-3000:]
         units.append(unit)
     return builder, chain, units
