@@ -150,7 +150,7 @@ class Builder:
             ext = linked.path
             if not linked.ok:
                 logs.append(linked.log)
-        log = "\n".join(logs)
+        log = diagnostics.join_logs(logs)
         diags = (*refused, *diagnostics.parse(log))
         if refused:
             log = "\n".join([*map(str, refused), log]).strip()

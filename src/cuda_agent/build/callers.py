@@ -17,12 +17,18 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
+
+from cuda_agent.build import bounded
 
 RUNTIME_CALLERS = {
     "syscall": ("__cxa_guard_acquire", "__cxa_guard_release", "__cxa_guard_abort",
                 "_ZNSt28__atomic_futex_unsigned_base"),
 }
 """Imported name -> the runtime functions (by name prefix) whose calls to it pass."""
+LIMITS: dict[str, Any] = {"max_line": 1 << 20, "timeout": 300}
+"""``objdump``'s output is read line by line, none longer than this (a name), for at most
+this long; past either the refusal stands."""
 _FUNCTION = re.compile(r"^[0-9a-f]+ <([^>]+)>:$")
 
 
@@ -33,21 +39,26 @@ def runtime_only(path: Path, name: str) -> bool:
     objdump = shutil.which("objdump")
     if not prefixes or objdump is None:
         return False
-    relocations = _run([objdump, "-R", str(path)])
-    kinds = {line.split()[1] for line in relocations.splitlines()
-             if len(line.split()) >= 3 and line.split()[2].split("@")[0] == name}
-    if not kinds or any(not kind.endswith("_JUMP_SLOT") for kind in kinds):
-        return False  # nothing to call through, or an address taken (a GOT entry)
-    callers, current = set(), ""
-    for line in _run([objdump, "-d", "--no-show-raw-insn", str(path)]).splitlines():
-        function = _FUNCTION.match(line)
-        if function:
-            current = function[1]
-        elif f"<{name}@plt>" in line and not current.startswith(f"{name}@"):
-            callers.add(current)
-    return bool(callers) and all(caller.startswith(prefixes) for caller in callers)
-
-
-def _run(cmd: list[str]) -> str:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    return done.stdout if done.returncode == 0 else ""
+    kinds: set[str] = set()
+    try:
+        with bounded.Lines([objdump, "-R", str(path)], **LIMITS) as out:
+            for line in out:
+                fields = line.split()
+                if len(fields) >= 3 and fields[2].split("@")[0] == name:
+                    kinds.add(fields[1])
+        if out.returncode != 0 or not kinds or any(not kind.endswith("_JUMP_SLOT")
+                                                   for kind in kinds):
+            return False  # nothing to call through, or an address taken (a GOT entry)
+        called, current = False, ""
+        with bounded.Lines([objdump, "-d", "--no-show-raw-insn", str(path)], **LIMITS) as out:
+            for line in out:  # a disassembly is many times the file's size: none of it kept
+                function = _FUNCTION.match(line)
+                if function:
+                    current = function[1]
+                elif f"<{name}@plt>" in line and not current.startswith(f"{name}@"):
+                    if not current.startswith(prefixes):
+                        return False
+                    called = True
+        return called and out.returncode == 0
+    except (bounded.OutputLimit, subprocess.TimeoutExpired):
+        return False

@@ -18,11 +18,16 @@ _OTHER = re.compile(r"(undefined reference|ptxas (?:fatal|error)|error:|collect2
 
 MAX_DIAGNOSTICS = 20
 MAX_MESSAGE = 400
+MAX_LOG = 2 << 20
+"""The most characters of compiler output one build keeps (``join_logs``): each process's is
+cut at 1 MiB as it runs, and a build runs one per source."""
 
 
 def parse(output: str, limit: int = MAX_DIAGNOSTICS) -> tuple[Diagnostic, ...]:
-    """Parse compiler output; errors first, then warnings, at most ``limit`` in all."""
-    found: list[Diagnostic] = []
+    """Parse compiler output; errors first, then warnings, at most ``limit`` in all (the
+    first ones found, each once), in one pass: a log of any size costs its length."""
+    errors: dict[Diagnostic, None] = {}
+    warnings: dict[Diagnostic, None] = {}
     lines = output.splitlines()
     for i, raw in enumerate(lines):
         line = raw.rstrip()
@@ -41,15 +46,31 @@ def parse(output: str, limit: int = MAX_DIAGNOSTICS) -> tuple[Diagnostic, ...]:
                     break
             severity = "error" if match["sev"] == "catastrophic error" else match["sev"]
             col = match.groupdict().get("col")
-            found.append(Diagnostic(match["file"].strip(), int(match["line"]),
-                                    int(col) if col else None, severity,
-                                    _trim(message)))
+            found = Diagnostic(match["file"].strip(), int(match["line"]),
+                               int(col) if col else None, severity, _trim(message))
         elif _OTHER.search(line) and not line.lstrip().startswith(("In file", "from ")):
-            found.append(Diagnostic(None, None, None, "error", _trim(line.strip())))
-    unique = list(dict.fromkeys(found))
-    errors = [d for d in unique if d.severity in ("error", "fatal error")]
-    warnings = [d for d in unique if d not in errors]
-    return tuple((errors + warnings)[:limit])
+            found = Diagnostic(None, None, None, "error", _trim(line.strip()))
+        else:
+            continue
+        kept = errors if found.severity in ("error", "fatal error") else warnings
+        if len(kept) < limit:
+            kept[found] = None
+        if len(errors) >= limit:
+            break  # nothing later can be shown
+    return tuple([*errors, *warnings][:limit])
+
+
+def join_logs(logs: list[str], limit: int = MAX_LOG) -> str:
+    """``logs`` joined by newlines in at most about ``limit`` characters: each keeps its
+    start, the longer ones cut to an equal share of what the shorter leave."""
+    kept, left = list(logs), limit
+    for count, i in enumerate(sorted(range(len(logs)), key=lambda k: len(logs[k]))):
+        share = left // (len(logs) - count)
+        if len(logs[i]) > share:
+            kept[i] = (logs[i][:share] + f"\n... [{len(logs[i]) - share} characters of this "
+                       "log cut] ...")
+        left -= min(len(logs[i]), share)
+    return "\n".join(kept)
 
 
 def trim_log(output: str, limit: int = 4000) -> str:

@@ -26,12 +26,15 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from cuda_agent.build import bounded, symbols
 from cuda_agent.build.toolchain import Toolchain
 
 MODULE_NAME = "cuda_extension"
+CLAIMS_SHOWN = 20
+"""The most claimed names a refused module's log names (one by one, each demangled)."""
 FIXED_PREFIX = "libcuda_agent_fixed_"
 _UNDEFINED = re.compile(r"undefined reference to `([^'`]+)'")
 
@@ -71,12 +74,21 @@ def module(chain: Toolchain, objects: list[Path], fixed: Path, cache: Path, run:
     fresh = not out.exists()
     linked = _link(cmd, out, cache, run)
     if linked.ok and fresh:
-        claimed = claimed_symbols(out, fixed)
+        try:
+            claimed = claimed_symbols(out, fixed)
+        except bounded.OutputLimit:
+            out.unlink(missing_ok=True)
+            return Linked(False, "error: the module lists more symbols than the judge reads "
+                                 f"(over {symbols.MAX_SYMBOLS}, or over "
+                                 f"{symbols.MAX_SYMBOL_BYTES >> 20} MiB of names)\n", None)
         if claimed:
             out.unlink(missing_ok=True)
+            more = len(claimed) - CLAIMS_SHOWN
             return Linked(False, "".join(f"error: a kernel source defines `{name}`{_plain(name)}"
                                          ", which belongs to the fixed layer\n"
-                                         for name in claimed), None)
+                                         for name in claimed[:CLAIMS_SHOWN])
+                          + (f"error: and {more} more of the fixed layer's symbols\n"
+                             if more > 0 else ""), None)
     if linked.ok and not (out.parent / fixed.name).is_file():
         place(fixed, out.parent)
     return linked
@@ -98,7 +110,9 @@ def claimed_symbols(module_path: Path, fixed: Path) -> list[str]:
     (``PyInit_*``, ``PyModExport_*``), the ``cuda_agent_`` prefix, and any symbol the fixed
     library defines itself (not weak), in any visibility. Linked into one file, these were
     duplicate definitions; against the library, the module's would win for its own calls
-    (its outputs not poisoned) and for Python's lookup of the entry point."""
+    (its outputs not poisoned) and for Python's lookup of the entry point. Raises
+    ``bounded.OutputLimit`` where either lists more than ``symbols.MAX_SYMBOLS`` (or
+    ``symbols.MAX_SYMBOL_BYTES``)."""
     own = {name for kind, name in _symbols(fixed, dynamic=True)  # not the linker's _end...
            if kind in "TDBR" and (name.startswith("_Z") or not name.startswith("_"))}
     return sorted({name for kind, name in _symbols(module_path, dynamic=False)
@@ -115,15 +129,17 @@ def _plain(name: str) -> str:
     return f" ({done.stdout.strip()})" if done.returncode == 0 else ""
 
 
-def _symbols(path: Path, dynamic: bool) -> list[tuple[str, str]]:
-    """(nm type letter, name) of the symbols ``path`` defines."""
+def _symbols(path: Path, dynamic: bool) -> Iterator[tuple[str, str]]:
+    """(nm type letter, name) of the symbols ``path`` defines, as ``nm`` lists them."""
     nm = shutil.which("nm")
     if nm is None:
         raise RuntimeError("nm (binutils) is needed to check a module's symbols")
-    listed = subprocess.run([nm, *(["-D"] if dynamic else []), "--defined-only", str(path)],
-                            capture_output=True, text=True, timeout=60)
-    rows = (line.split() for line in listed.stdout.splitlines())
-    return [(row[-2], row[-1]) for row in rows if len(row) >= 2]
+    with bounded.Lines([nm, *(["-D"] if dynamic else []), "--defined-only", str(path)],
+                       symbols.MAX_SYMBOLS, symbols.MAX_SYMBOL_BYTES, timeout=60) as out:
+        for line in out:
+            row = line.split()
+            if len(row) >= 2:
+                yield row[-2], row[-1]
 
 
 def _cuda_libs(chain: Toolchain) -> list[str]:

@@ -27,12 +27,13 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
-from cuda_agent.build import callers, symbol_rules
+from cuda_agent.build import bounded, callers, symbol_rules
 
 RUNTIME_LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1",
                      "libgomp.so.1")
@@ -40,6 +41,12 @@ OPTIONAL_RUNTIME = ("libmvec.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so
 STATIC_RUNTIME = ("-print-libgcc-file-name", "-print-file-name=libc_nonshared.a")
 """Archives linked into every module: libgcc's helpers, and libc's (``atexit``)."""
 ELF_REL, ELF_DYN = 1, 3
+MAX_SYMBOLS = 100_000
+"""The most symbols the judge reads from the files of one check (a build's kernel objects
+together, or one file), defined and undefined: an honest kernel has hundreds, and one
+small source can make the assembler write millions, each held in the judge's memory."""
+MAX_SYMBOL_BYTES = 32 << 20
+"""The most bytes of ``nm`` output (and, apart, of demangled names) read for one check."""
 
 
 class SymbolToolError(RuntimeError):
@@ -48,6 +55,16 @@ class SymbolToolError(RuntimeError):
 
 class NotElfError(SymbolToolError):
     """A file to check is not an ELF object or shared object."""
+
+
+class TooManySymbols(Exception):
+    """A file lists more symbols than the judge reads (``MAX_SYMBOLS``, ``MAX_SYMBOL_BYTES``):
+    the candidate's doing, a problem of the check rather than an error of the tools."""
+
+    def __init__(self, where: str, what: str):
+        super().__init__(f"{where} lists {what}")
+        self.problem = Problem(where, what, "more than the judge reads from one build's "
+                               "objects or one file", "lists")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,14 +131,18 @@ def check_file(path: Path, policy: Policy, where: str | None = None) -> list[Pro
     path = Path(path)
     where = where or str(path)
     shared = _elf_type(path, where) == ELF_DYN
-    defined_entries = _symbols(path, shared, undefined=False)
-    defined = {name for name, _ in defined_entries}
-    problems = _judge(where, _symbols(path, shared, undefined=True), defined, policy,
-                      linked=not shared)
-    problems += [Problem(where, symbol.plain, "PyTorch's own kernel, compiled in from its "
-                                              "headers", "defines")
-                 for symbol in _demangled(tuple(defined_entries))
-                 if symbol_rules.compiled_kernel(symbol.plain)]
+    budget = _Budget()
+    try:
+        defined_entries = _symbols(path, shared, False, where, budget)
+        defined = {name for name, _ in defined_entries}
+        problems = _judge(where, _symbols(path, shared, True, where, budget), defined,
+                          policy, not shared, budget)
+        problems += [Problem(where, symbol.plain, "PyTorch's own kernel, compiled in from "
+                                                  "its headers", "defines")
+                     for symbol in _demangled(tuple(defined_entries), where, budget)
+                     if symbol_rules.compiled_kernel(symbol.plain)]
+    except TooManySymbols as exc:
+        return [exc.problem]
     if shared:
         problems = [p for p in problems if not (p.symbol in callers.RUNTIME_CALLERS and
                                                 callers.runtime_only(path, p.symbol))]
@@ -135,11 +156,16 @@ def check_objects(objects: Iterable[tuple[str, Path]], policy: Policy) -> list[P
     """The problems of objects (``.o``) linked into one module: ``(where, path)`` each; a
     name one of them defines is the candidate's own for the others (unless a rule refuses
     it)."""
-    objects = list(objects)
-    own = {name for _, path in objects for name, _ in _symbols(Path(path), False, False)}
-    problems = []
-    for where, path in objects:
-        problems += _judge(where, _symbols(Path(path), False, True), own, policy, True)
+    objects, budget = list(objects), _Budget()
+    try:
+        own = {name for where, path in objects
+               for name, _ in _symbols(Path(path), False, False, where, budget)}
+        problems = []
+        for where, path in objects:
+            problems += _judge(where, _symbols(Path(path), False, True, where, budget), own,
+                               policy, True, budget)
+    except TooManySymbols as exc:
+        return [exc.problem]
     return problems
 
 
@@ -258,10 +284,10 @@ def _copy_fd(fd: int, copy: Path | None) -> str:
     return digest.hexdigest()
 
 
-@functools.lru_cache(maxsize=256)
 def _checked_content(content: _Content, policy: Policy) -> tuple[tuple[str, str, str], ...]:
     """``check_file``'s problems (symbol, rule, verb) of one content, cached by its digest."""
-    return tuple((p.symbol, p.rule, p.verb) for p in check_file(content.path, policy, "-"))
+    return _CHECKED.get((content, policy), lambda: tuple(
+        (p.symbol, p.rule, p.verb) for p in check_file(content.path, policy, "-")))
 
 
 def _uncheckable(where: str, reason: str) -> Problem:
@@ -287,9 +313,9 @@ def _check_readable(path: Path, policy: Policy, where: str) -> list[Problem]:
 
 
 def _judge(where: str, entries: list[tuple[str, str]], own: set[str], policy: Policy,
-           linked: bool) -> list[Problem]:
+           linked: bool, budget: _Budget) -> list[Problem]:
     problems = []
-    for symbol in _demangled(tuple(dict.fromkeys(entries))):
+    for symbol in _demangled(tuple(dict.fromkeys(entries)), where, budget):
         rule = policy.refusal(symbol, symbol.name in own, linked and not symbol.weak)
         if rule is not None:
             problems.append(Problem(where, symbol.plain, rule))
@@ -345,11 +371,39 @@ def _compiler_file(compiler: str, flag: str) -> Path | None:
         else None
 
 
-def _symbols(path: Path, shared: bool, undefined: bool) -> list[tuple[str, str]]:
+def _symbols(path: Path, shared: bool, undefined: bool, where: str, budget: _Budget
+             ) -> list[tuple[str, str]]:
     """Cached by content (a candidate sets its files' dates as it likes); the path is not
-    resolved, so ``/proc/PID/root/...`` stays inside that process's view of its files."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return list(_cached_symbols(_Content(digest, path), shared, undefined))
+    resolved, so ``/proc/PID/root/...`` stays inside that process's view of its files.
+    Raises ``TooManySymbols`` once the check's ``budget`` is spent."""
+    with path.open("rb") as handle:
+        digest = hashlib.file_digest(handle, "sha256").hexdigest()
+    flags = (["-D"] if shared else []) + ["--undefined-only" if undefined else "--defined-only"]
+    try:
+        names, size = _LISTINGS.get((digest, shared, undefined), lambda: _nm_sized(
+            path, *flags, max_lines=MAX_SYMBOLS - budget.symbols,
+            max_bytes=MAX_SYMBOL_BYTES - budget.bytes))
+    except bounded.OutputLimit as exc:
+        raise budget.spent(where, exc.lines, exc.size) from None
+    budget.take(where, len(names), size)
+    return list(names)
+
+
+class _Budget:
+    """What one check has read so far (``MAX_SYMBOLS``, ``MAX_SYMBOL_BYTES``)."""
+
+    def __init__(self) -> None:
+        self.symbols = self.bytes = self.demangled = 0
+
+    def take(self, where: str, symbols: int, size: int) -> None:
+        self.symbols, self.bytes = self.symbols + symbols, self.bytes + size
+        if self.symbols > MAX_SYMBOLS or self.bytes > MAX_SYMBOL_BYTES:
+            raise self.spent(where, 0, 0)
+
+    def spent(self, where: str, symbols: int, size: int) -> TooManySymbols:
+        if self.symbols + symbols > MAX_SYMBOLS:
+            return TooManySymbols(where, f"over {MAX_SYMBOLS} symbols")
+        return TooManySymbols(where, f"over {MAX_SYMBOL_BYTES >> 20} MiB of symbol names")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -360,39 +414,69 @@ class _Content:
     path: Path = dataclasses.field(compare=False, hash=False)
 
 
-@functools.lru_cache(maxsize=1024)
-def _cached_symbols(content: _Content, shared: bool, undefined: bool
-                    ) -> tuple[tuple[str, str], ...]:
-    flags = (["-D"] if shared else []) + ["--undefined-only" if undefined else "--defined-only"]
-    return tuple(_nm(content.path, *flags))
+def _listing_size(value: tuple[tuple[tuple[str, str], ...], int]) -> int:
+    return value[1] + 64 * len(value[0])  # the names, and the tuples that hold them
+
+
+def _problems_size(problems: tuple[tuple[str, str, str], ...]) -> int:
+    return sum(sys.getsizeof(p[0]) + 64 for p in problems)
+
+
+_LISTINGS = bounded.Cache(1024, 64 << 20, _listing_size)
+"""An object's symbols by its digest and what was listed: a build's objects are listed twice
+(the calls checked, the links made), an unchanged object again by the next build."""
+_CHECKED = bounded.Cache(256, 16 << 20, _problems_size)
+"""A content's problems by its digest and the policy (a file loaded by many workers)."""
 
 
 def _nm(path: Path, *flags: str) -> list[tuple[str, str]]:
     """(name, type letter) that ``nm -P`` lists for ``path``, versions cut
-    (``memcpy@GLIBC_2.14`` -> ``memcpy``)."""
-    nm = _tool("nm")
-    done = subprocess.run([nm, "-P", *flags, str(path)], capture_output=True, text=True,
-                          timeout=120)
-    if done.returncode != 0:
-        raise SymbolToolError(f"nm cannot read {path}: {done.stderr.strip()[:300]}")
-    names = []
-    for line in done.stdout.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and len(parts[1]) == 1 and not parts[0].endswith(":"):
-            names.append((parts[0].split("@", 1)[0], parts[1]))
-    return names
+    (``memcpy@GLIBC_2.14`` -> ``memcpy``); read whole, for the system's own libraries."""
+    return list(_nm_sized(path, *flags)[0])
 
 
-def _demangled(entries: tuple[tuple[str, str], ...]) -> list[Symbol]:
+def _nm_sized(path: Path, *flags: str, max_lines: int | None = None,
+              max_bytes: int | None = None) -> tuple[tuple[tuple[str, str], ...], int]:
+    """``_nm``'s list and the bytes ``nm`` printed for it, read as ``nm`` runs; raises
+    ``bounded.OutputLimit`` past ``max_lines`` lines or ``max_bytes`` bytes."""
+    names, size = [], 0
+    with bounded.Lines([_tool("nm"), "-P", *flags, str(path)], max_lines, max_bytes,
+                       timeout=120) as out:
+        for line in out:
+            size += len(line) + 1
+            parts = line.split()
+            if len(parts) >= 2 and len(parts[1]) == 1 and not parts[0].endswith(":"):
+                names.append((parts[0].split("@", 1)[0], parts[1]))
+    if out.returncode != 0:
+        raise SymbolToolError(f"nm cannot read {path}: {out.stderr.strip()[:300]}")
+    return tuple(names), size
+
+
+def _demangled(entries: tuple[tuple[str, str], ...], where: str, budget: _Budget
+               ) -> list[Symbol]:
+    """``entries`` with their demangled names; ``TooManySymbols`` once those of the check
+    are longer than the judge reads (a mangled name can stand for a much longer one)."""
     if not entries:
         return []
-    done = subprocess.run([_tool("c++filt")], input="\n".join(n for n, _ in entries),
-                          capture_output=True, text=True, timeout=120)
-    plain = done.stdout.splitlines()
-    if done.returncode != 0 or len(plain) != len(entries):
-        raise SymbolToolError(f"c++filt failed: {done.stderr.strip()[:300]}")
-    return [Symbol(name, text, kind in "wv")
-            for (name, kind), text in zip(entries, plain, strict=True)]
+    symbols, room = [], MAX_SYMBOL_BYTES - budget.demangled
+    with tempfile.NamedTemporaryFile("w", prefix="cuda-agent-names-") as names:
+        names.write("\n".join(n for n, _ in entries))
+        names.flush()
+        with bounded.Lines([_tool("c++filt")], len(entries), room, timeout=120,
+                           stdin=Path(names.name)) as out:
+            try:
+                for (name, kind), text in zip(entries, out, strict=False):
+                    symbols.append(Symbol(name, text, kind in "wv"))
+                    budget.demangled += len(text) + 1
+                for _ in out:  # none left: read to the end, for the exit status
+                    break
+            except bounded.OutputLimit:
+                if len(symbols) < len(entries):
+                    raise TooManySymbols(where, f"over {MAX_SYMBOL_BYTES >> 20} MiB of "
+                                                "demangled symbol names") from None
+    if out.returncode != 0 or len(symbols) != len(entries):
+        raise SymbolToolError(f"c++filt failed: {out.stderr.strip()[:300]}")
+    return symbols
 
 
 def _tool(name: str) -> str:
