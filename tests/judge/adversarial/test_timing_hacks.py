@@ -32,6 +32,10 @@ TIMED = QUICK.model_copy(update={"time_budget_s": 1.0, "min_runs": 10,
 # by milliseconds from one judgement to the next, which would make the honest reference
 # anything from the kernel's time to several times it
 OWN_TIME = TIMED.model_copy(update={"clock_margin": 1e6})
+# TIMED with eager's time measured once and cached: where a hack's verdict or its time
+# against the honest kernel's is what is judged, eager's time plays no part (the candidate
+# is timed after the baselines, not beside them)
+HACK_TIMED = TIMED.model_copy(update={"cache_baselines": True})
 
 
 def ws(forward: str, header: str = "", *extra: str):
@@ -268,7 +272,8 @@ def test_naive_harness_is_fooled_no_gain_cases(tmp_path: Path, name: str):
 
 @pytest.mark.parametrize("hack", CASES)
 def test_judge_rejects(tmp_path: Path, hack: Hack):
-    result = judge(write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"), TIMED)
+    result = judge(write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"),
+                   HACK_TIMED)
     assert rejected(result, *hack.keywords), f"reward {result.reward}: {said(result)}"
 
 
@@ -276,7 +281,7 @@ def test_judge_rejects(tmp_path: Path, hack: Hack):
 @pytest.mark.parametrize("name", list(NO_GAIN))
 def test_judge_gives_no_speed_up(tmp_path: Path, honest: tuple[Path, JudgeResult], name: str):
     task, fair = honest
-    result = judge(task, NO_GAIN[name](tmp_path / "candidate"), TIMED)
+    result = judge(task, NO_GAIN[name](tmp_path / "candidate"), HACK_TIMED)
     caught = result.reward == -1 or "timer" in said(result)
     fair_ms = fair.runtime_ms
     if not caught and result.runtime_ms < 0.5 * fair_ms:
