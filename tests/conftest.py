@@ -1,10 +1,15 @@
 """Shared fixtures: one cuda-agent state folder per test session (so the fixed binding layer
-compiles once), small KernelBench-format tasks, and the shared KernelBench copy."""
+compiles once), small KernelBench-format tasks, the shared KernelBench copy, and results
+made once per run for the tests that read them."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import fcntl
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -164,6 +169,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:
             item.add_marker(no_nvcc)
+
+
+@contextlib.contextmanager
+def once_per_run(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A folder ``name`` made once per test run, whichever process needs it first: yields
+    (folder, made) under a lock that the other xdist workers wait on; ``made`` is false for
+    a folder an earlier holder already filled (the body fills it when it is true)."""
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder: every worker's own lies within
+    folder = base / name
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / ".done"
+        made = not done.exists()
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        yield folder, made
+        done.touch()
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizeRun:
+    """``cuda-agent optimize`` of the built-in replay: its exit code, output and folder."""
+
+    exit_code: int
+    output: str
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def builtin_replay_run(tmp_path_factory: pytest.TempPathFactory) -> OptimizeRun:
+    """The shipped replay of the built-in example solved on the CPU by ``cuda-agent
+    optimize`` (a real episode: builds, judgements, a final verdict), once for the whole
+    run: the tests that read its folder share it, as the xdist workers do."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli.main import app
+
+    quick = ("trials=2", "time_compile=false", "time_budget_s=0.3")  # not what is tested
+    with once_per_run(tmp_path_factory, "builtin-replay") as (folder, made):
+        record = folder / "run.json"
+        if made:
+            out = folder / "run"
+            done = CliRunner().invoke(app, [
+                "optimize", "--device", "cpu", "--out", str(out),
+                *(arg for value in quick for arg in ("--set", value)),
+                *(arg for value in quick for arg in ("--tool-set", value))])
+            record.write_text(json.dumps({"exit_code": done.exit_code, "output": done.output,
+                                          "out": str(out)}))
+        fields = json.loads(record.read_text())
+    return OptimizeRun(fields["exit_code"], fields["output"], Path(fields["out"]))
 
 
 @pytest.fixture
