@@ -135,28 +135,48 @@ class SlowFirst:
     round-robin to the front of each slice, no worker gets them all and none is left with a
     long test at the end while the others idle. The first worker starts with a test that
     compiles the fixed binding layer most tests link (tens of seconds, once per session);
-    the others start with slow tests that build nothing (``BUILD_FREE``), so none waits."""
+    the others start with slow tests that build nothing (``BUILD_FREE``), so none waits.
+    Slow tests that read one result made once per run (``ONCE_PER_RUN``) are dealt together,
+    to one worker, so no other worker waits for it while the first one makes it."""
 
     BUILD_FREE = ("tests/synth/",)
+    ONCE_PER_RUN = ("builtin_replay_run", "fresh_inline")
 
     @pytest.hookimpl(trylast=True)  # after deselection (-m, -k) and fixture-scope ordering
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
         if workers < 2:
             return
-        slow = [i for i in items if "slow" in i.keywords and not i.get_closest_marker("skip")]
-        free = [i for i in slow if i.nodeid.startswith(self.BUILD_FREE)]
-        built = [i for i in slow if i not in free]
+        slow = self._units([i for i in items
+                            if "slow" in i.keywords and not i.get_closest_marker("skip")])
+        free = [u for u in slow if all(i.nodeid.startswith(self.BUILD_FREE) for i in u)]
+        built = [u for u in slow if u not in free]
         slow = built[:1] + free + built[1:]  # dealt: worker 0 gets built[0], the next free[0]
-        chosen = set(map(id, slow))
+        chosen = {id(i) for unit in slow for i in unit}
         rest = iter([i for i in items if id(i) not in chosen])
         ordered, left = [], len(items)
         for k in range(workers):
             size = left // (workers - k)  # the slice this worker gets (scheduler/worksteal.py)
             left -= size
-            mine = slow[k::workers]
+            mine = [i for unit in slow[k::workers] for i in unit]
             ordered += mine + [next(rest) for _ in range(max(0, size - len(mine)))]
         items[:] = ordered + list(rest)
+
+    def _units(self, slow: list[pytest.Item]) -> list[list[pytest.Item]]:
+        """The slow tests in units dealt whole: one test each, or all those that use one
+        fixture of ``ONCE_PER_RUN``."""
+        units: list[list[pytest.Item]] = []
+        shared: dict[str, list[pytest.Item]] = {}
+        for item in slow:
+            names = getattr(item, "fixturenames", ())
+            key = next((name for name in self.ONCE_PER_RUN if name in names), None)
+            if key is None:
+                units.append([item])
+            elif key in shared:
+                shared[key].append(item)
+            else:
+                units.append(shared.setdefault(key, [item]))
+        return units
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -94,6 +94,7 @@ def _raw(path: Path, payload: bytes) -> dict:
         return json.loads(b"".join(iter(lambda: conn.recv(65536), b"")))
 
 
+@pytest.mark.slow
 def test_calls_share_one_server_that_survives_bad_clients_and_a_crashing_candidate(
         workspace: Path) -> None:
     judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True)
@@ -165,6 +166,7 @@ def test_a_server_that_died_is_started_again_and_the_call_still_answered(
     assert shared.ping()["pid"] != pid
 
 
+@pytest.mark.slow
 def test_the_shell_and_the_tools_reach_the_same_judge_which_ends_with_the_episode(
         workspace: Path) -> None:
     box = Toolbox(workspace)
@@ -187,6 +189,7 @@ def test_the_shell_and_the_tools_reach_the_same_judge_which_ends_with_the_episod
     assert done.returncode == 2 and "verify and profile tools start it again" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_shell_starts_the_workspaces_server_and_finds_it_again(workspace: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     argv = [sys.executable, "-m", "cuda_agent", "workspace", "verify", str(workspace)]
