@@ -180,8 +180,8 @@ def test_learning_which_calls_are_kept_before_computing_fails(tmp_path: Path):
 def test_work_done_before_the_judges_go_is_charged_to_its_call(tmp_path: Path):
     """A candidate that computes each call's answer while its inputs are made (before
     ``ready``) and returns it at once: the judge charges that preparation to the call."""
-    config = QUICK.model_copy(update={"time_budget_s": 1.0, "min_runs": 10,
-                                      "cache_baselines": False})
+    # eager's time plays no part here (the candidate's against the honest kernel's): cached
+    config = QUICK.model_copy(update={"time_budget_s": 1.0, "min_runs": 10})
     task = write_task(tmp_path, "scale_add_big")
     honest = judge(task, write_scale_add(tmp_path / "honest"), config)
     result = judge(task, _candidate(tmp_path / "early", PREPARED_FORWARD, PREPARED), config)
