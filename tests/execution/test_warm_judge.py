@@ -94,7 +94,6 @@ def _raw(path: Path, payload: bytes) -> dict:
         return json.loads(b"".join(iter(lambda: conn.recv(65536), b"")))
 
 
-@pytest.mark.slow
 def test_calls_share_one_server_that_survives_bad_clients_and_a_crashing_candidate(
         workspace: Path) -> None:
     judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True)
@@ -166,7 +165,6 @@ def test_a_server_that_died_is_started_again_and_the_call_still_answered(
     assert shared.ping()["pid"] != pid
 
 
-@pytest.mark.slow
 def test_the_shell_and_the_tools_reach_the_same_judge_which_ends_with_the_episode(
         workspace: Path) -> None:
     box = Toolbox(workspace)
