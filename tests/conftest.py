@@ -137,7 +137,8 @@ class SlowFirst:
     compiles the fixed binding layer most tests link (tens of seconds, once per session);
     the others start with slow tests that build nothing (``BUILD_FREE``), so none waits.
     Slow tests that read one result made once per run (``ONCE_PER_RUN``) are dealt together,
-    to one worker, so no other worker waits for it while the first one makes it."""
+    to one worker, so no other worker waits for it while the first one makes it; being the
+    longest units, they are dealt first."""
 
     BUILD_FREE = ("tests/synth/",)
     ONCE_PER_RUN = ("builtin_replay_run", "fresh_inline")
@@ -151,6 +152,7 @@ class SlowFirst:
                             if "slow" in i.keywords and not i.get_closest_marker("skip")])
         free = [u for u in slow if all(i.nodeid.startswith(self.BUILD_FREE) for i in u)]
         built = [u for u in slow if u not in free]
+        built[1:] = sorted(built[1:], key=len, reverse=True)  # the shared results' first
         slow = built[:1] + free + built[1:]  # dealt: worker 0 gets built[0], the next free[0]
         chosen = {id(i) for unit in slow for i in unit}
         rest = iter([i for i in items if id(i) not in chosen])
