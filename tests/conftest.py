@@ -1,10 +1,15 @@
 """Shared fixtures: one cuda-agent state folder per test session (so the fixed binding layer
-compiles once), small KernelBench-format tasks, and the shared KernelBench copy."""
+compiles once), small KernelBench-format tasks, the shared KernelBench copy, and results
+made once per run for the tests that read them."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import fcntl
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -130,28 +135,50 @@ class SlowFirst:
     round-robin to the front of each slice, no worker gets them all and none is left with a
     long test at the end while the others idle. The first worker starts with a test that
     compiles the fixed binding layer most tests link (tens of seconds, once per session);
-    the others start with slow tests that build nothing (``BUILD_FREE``), so none waits."""
+    the others start with slow tests that build nothing (``BUILD_FREE``), so none waits.
+    Slow tests that read one result made once per run (``ONCE_PER_RUN``) are dealt together,
+    to one worker, so no other worker waits for it while the first one makes it; being the
+    longest units, they are dealt first."""
 
     BUILD_FREE = ("tests/synth/",)
+    ONCE_PER_RUN = ("builtin_replay_run", "fresh_inline")
 
     @pytest.hookimpl(trylast=True)  # after deselection (-m, -k) and fixture-scope ordering
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
         if workers < 2:
             return
-        slow = [i for i in items if "slow" in i.keywords and not i.get_closest_marker("skip")]
-        free = [i for i in slow if i.nodeid.startswith(self.BUILD_FREE)]
-        built = [i for i in slow if i not in free]
+        slow = self._units([i for i in items
+                            if "slow" in i.keywords and not i.get_closest_marker("skip")])
+        free = [u for u in slow if all(i.nodeid.startswith(self.BUILD_FREE) for i in u)]
+        built = [u for u in slow if u not in free]
+        built[1:] = sorted(built[1:], key=len, reverse=True)  # the shared results' first
         slow = built[:1] + free + built[1:]  # dealt: worker 0 gets built[0], the next free[0]
-        chosen = set(map(id, slow))
+        chosen = {id(i) for unit in slow for i in unit}
         rest = iter([i for i in items if id(i) not in chosen])
         ordered, left = [], len(items)
         for k in range(workers):
             size = left // (workers - k)  # the slice this worker gets (scheduler/worksteal.py)
             left -= size
-            mine = slow[k::workers]
+            mine = [i for unit in slow[k::workers] for i in unit]
             ordered += mine + [next(rest) for _ in range(max(0, size - len(mine)))]
         items[:] = ordered + list(rest)
+
+    def _units(self, slow: list[pytest.Item]) -> list[list[pytest.Item]]:
+        """The slow tests in units dealt whole: one test each, or all those that use one
+        fixture of ``ONCE_PER_RUN``."""
+        units: list[list[pytest.Item]] = []
+        shared: dict[str, list[pytest.Item]] = {}
+        for item in slow:
+            names = getattr(item, "fixturenames", ())
+            key = next((name for name in self.ONCE_PER_RUN if name in names), None)
+            if key is None:
+                units.append([item])
+            elif key in shared:
+                shared[key].append(item)
+            else:
+                units.append(shared.setdefault(key, [item]))
+        return units
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -164,6 +191,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(no_gpu)
         if "nvcc" in item.keywords and shutil.which("nvcc") is None:
             item.add_marker(no_nvcc)
+
+
+@contextlib.contextmanager
+def once_per_run(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[Path, bool]]:
+    """A folder ``name`` made once per test run, whichever process needs it first: yields
+    (folder, made) under a lock that the other xdist workers wait on; ``made`` is false for
+    a folder an earlier holder already filled (the body fills it when it is true)."""
+    base = factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # this run's folder: every worker's own lies within
+    folder = base / name
+    with open(base / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = folder / ".done"
+        made = not done.exists()
+        if made:
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        yield folder, made
+        done.touch()
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizeRun:
+    """``cuda-agent optimize`` of the built-in replay: its exit code, output and folder."""
+
+    exit_code: int
+    output: str
+    out: Path
+
+
+@pytest.fixture(scope="session")
+def builtin_replay_run(tmp_path_factory: pytest.TempPathFactory) -> OptimizeRun:
+    """The shipped replay of the built-in example solved on the CPU by ``cuda-agent
+    optimize`` (a real episode: builds, judgements, a final verdict), once for the whole
+    run: the tests that read its folder share it, as the xdist workers do."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from cuda_agent.cli.main import app
+
+    quick = ("trials=2", "time_compile=false", "time_budget_s=0.3")  # not what is tested
+    with once_per_run(tmp_path_factory, "builtin-replay") as (folder, made):
+        record = folder / "run.json"
+        if made:
+            out = folder / "run"
+            done = CliRunner().invoke(app, [
+                "optimize", "--device", "cpu", "--out", str(out),
+                *(arg for value in quick for arg in ("--set", value)),
+                *(arg for value in quick for arg in ("--tool-set", value))])
+            record.write_text(json.dumps({"exit_code": done.exit_code, "output": done.output,
+                                          "out": str(out)}))
+        fields = json.loads(record.read_text())
+    return OptimizeRun(fields["exit_code"], fields["output"], Path(fields["out"]))
 
 
 @pytest.fixture

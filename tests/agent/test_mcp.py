@@ -116,6 +116,7 @@ async def _drive(workspace: Path, log: Path) -> None:
             assert judged.structured_content["task"] == "gelu_bias_scale"
 
 
+@pytest.mark.slow
 def test_mcp_server_over_stdio(workspace: Path, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     try:

@@ -13,19 +13,15 @@ from typer.testing import CliRunner
 from cuda_agent.agent.trajectory import read_trajectory
 from cuda_agent.cli.main import app
 from cuda_agent.tasks.loaders import builtin_dir
+from tests.conftest import OptimizeRun
 
 runner = CliRunner()
 
 
 @pytest.mark.slow
-def test_optimize_builtin_replay_end_to_end(tmp_path: Path):
-    out = tmp_path / "run"
-    done = runner.invoke(app, ["optimize", "--device", "cpu", "--out", str(out),
-                               "--set", "trials=2", "--set", "time_compile=false",
-                               "--set", "time_budget_s=0.3",
-                               "--tool-set", "time_compile=false", "--tool-set", "trials=2",
-                               "--tool-set", "time_budget_s=0.3"])
-    assert done.exit_code == 0, done.output
+def test_optimize_builtin_replay_end_to_end(builtin_replay_run: OptimizeRun):
+    out = builtin_replay_run.out  # `optimize --device cpu --out OUT`, quick judge settings
+    assert builtin_replay_run.exit_code == 0, builtin_replay_run.output
     judged = json.loads((out / "judge.json").read_text())
     assert judged["correct"] and judged["reward"] >= 1, judged
     assert (out / "result" / "model_new.py").read_text().count("cuda_extension") >= 1

@@ -22,6 +22,7 @@ def test_gpus_are_named_by_count_or_index() -> None:
         visible_gpus("x")
 
 
+@pytest.mark.slow
 def test_tasks_spread_over_processes_and_a_rerun_resumes(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks"
     tasks.mkdir()

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,21 @@ def workspace(tmp_path: Path, _pristine: Path) -> Path:
     root = tmp_path / "ws"
     shutil.copytree(_pristine, root, symlinks=True)
     return root
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, _pristine: Path) -> Iterator[WarmJudge]:
+    """One owner's server on a workspace of its own, for the cases that need no server of
+    their own; each leaves the honest solution in the workspace."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("shared") / "ws"
+    shutil.copytree(_pristine, root, symlinks=True)
+    judge = WarmJudge(root, episode_configs("cpu", QUICK), owner=True)
+    try:
+        yield judge
+    finally:
+        judge.close()
 
 
 def _gone(pid: int) -> bool:
@@ -119,38 +135,34 @@ def test_calls_share_one_server_that_survives_bad_clients_and_a_crashing_candida
     assert _gone(server["pid"]) and not judge.socket.exists()
 
 
-def test_no_candidate_can_reach_a_judge_server(workspace: Path) -> None:
+def test_no_candidate_can_reach_a_judge_server(shared: WarmJudge) -> None:
     """The sockets live where a confined process sees a fresh /tmp: a candidate judged by
     the warm judge itself finds neither its socket nor their folder."""
-    judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True)
+    shared.start()
+    names = [str(shared.socket), str(shared.socket.parent)]
+    assert all(Path(name).exists() for name in names)
     try:
-        judge.start()
-        names = [str(judge.socket), str(judge.socket.parent)]
-        (workspace / "model_new.py").write_text(
+        (shared.root / "model_new.py").write_text(
             f"import os\nseen = [p for p in {names!r} if os.path.exists(p)]\n"
             f"raise SystemExit('candidate sees ' + repr(seen))\n\n\nclass ModelNew:\n"
             f"    pass\n")
-        result = judge.call("verify")
+        result = shared.call("verify")
         if result.isolation != "namespaces":
             pytest.skip(f"no namespaces here: {result.isolation!r} {result.reasons}")
         assert "candidate sees []" in " ".join(result.reasons), result.reasons
     finally:
-        judge.close()
+        write_solution(shared.root)
 
 
 def test_a_server_that_died_is_started_again_and_the_call_still_answered(
-        workspace: Path) -> None:
-    judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True)
-    try:
-        judge.start()
-        pid = judge.ping()["pid"]
-        os.kill(pid, signal.SIGKILL)
-        assert _gone(pid)
-        result = judge.call("verify")
-        assert result.correct
-        assert judge.ping()["pid"] != pid
-    finally:
-        judge.close()
+        shared: WarmJudge) -> None:
+    shared.start()
+    pid = shared.ping()["pid"]
+    os.kill(pid, signal.SIGKILL)
+    assert _gone(pid)
+    result = shared.call("verify")
+    assert result.correct
+    assert shared.ping()["pid"] != pid
 
 
 def test_the_shell_and_the_tools_reach_the_same_judge_which_ends_with_the_episode(
@@ -175,6 +187,7 @@ def test_the_shell_and_the_tools_reach_the_same_judge_which_ends_with_the_episod
     assert done.returncode == 2 and "verify and profile tools start it again" in done.stderr
 
 
+@pytest.mark.slow
 def test_a_shell_starts_the_workspaces_server_and_finds_it_again(workspace: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != ENV}
     argv = [sys.executable, "-m", "cuda_agent", "workspace", "verify", str(workspace)]

@@ -14,7 +14,8 @@ from cuda_agent.judge import Candidate, Judge, JudgeConfig
 from cuda_agent.judge.config import JUDGE_VERSION
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
-from tests.conftest import INLINE_SCALE_ADD, SCALE_ADD_MODEL_NEW, write_solution
+from tests.conftest import SCALE_ADD_MODEL_NEW, write_solution
+from tests.judge.conftest import FreshInline
 
 CHECK_ONLY = JudgeConfig(device="cpu", time=False, trials=3)
 
@@ -164,10 +165,9 @@ def test_missing_model_new_and_bad_state_dict(tmp_path: Path, scale_add_task: Pa
 
 
 @pytest.mark.slow
-def test_single_file_load_inline_candidate(tmp_path: Path, scale_add_task: Path):
-    path = tmp_path / "cand.py"
-    path.write_text(INLINE_SCALE_ADD)
-    result = judge(scale_add_task, path)
+def test_single_file_load_inline_candidate(fresh_inline: FreshInline):
+    # its compile kept from its first judgement (``fresh_inline``), which compiled it
+    result = judge(fresh_inline.task, fresh_inline.candidate)
     assert result.correct and result.compiled and result.reward == 1, result.reasons
 
 

@@ -12,10 +12,10 @@ import pytest
 from cuda_agent.judge import Candidate, Judge, JudgeConfig
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
-from tests.conftest import INLINE_SCALE_ADD, write_solution
+from tests.conftest import write_solution
+from tests.judge.conftest import TWO_PROCESSES, FreshInline
 
-TIMED = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
-                    trials=2, scales=(), candidate_processes=2)
+TIMED = TWO_PROCESSES  # as the fresh file candidate's first judgement (fresh_inline)
 
 
 @pytest.fixture
@@ -152,15 +152,11 @@ def test_a_crash_in_a_timing_process_fails(scale_add_task: Path, workspace: Path
     assert "crashed in another process" in result.reasons[0]
 
 
-def test_a_file_candidate_compiles_once_for_all_its_processes(tmp_path: Path,
-                                                              scale_add_task: Path):
+@pytest.mark.slow
+def test_a_file_candidate_compiles_once_for_all_its_processes(fresh_inline: FreshInline):
     """A single-file candidate compiles its C++ when imported; the extra timing process
     gets what the first one compiled and only loads it."""
-    import uuid
-
-    path = tmp_path / "cand.py"
-    path.write_text(INLINE_SCALE_ADD + f"\n# {uuid.uuid4().hex}\n")
-    result = Judge(TIMED).judge(load_task(scale_add_task), Candidate.from_ref(path))
+    result = fresh_inline.first  # judged with TIMED, a source never judged before
     assert result.correct, result.reasons
     assert result.timing.processes == 2, result.flags
     phases = dict(result.phases)

@@ -9,6 +9,8 @@ import random
 import time
 from pathlib import Path
 
+import pytest
+
 from cuda_agent.judge import Candidate, Judge, JudgeConfig
 from cuda_agent.judge.calls import CallChannel
 from cuda_agent.judge.driver import CALIBRATE_FLOOR, DriverPlan
@@ -148,6 +150,7 @@ SPENT_AT_ONCE = {"min_runs": 50, "floor_runs": 3, "time_budget_s": 1e-4,
                  "target_rel_ci": 1e-9, "trials": 2, "scales": ()}
 
 
+@pytest.mark.slow
 def test_candidate_and_baselines_stop_by_the_same_rule(tmp_path: Path,
                                                         scale_add_task: Path):
     """A real judgement and a baseline measurement with a spent budget: the candidate, eager

@@ -9,20 +9,16 @@ real task with the real judge.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 import torch
 from typer.testing import CliRunner
 
-from cuda_agent.agent.loop import AgentConfig, run_episode
-from cuda_agent.agent.optimize import builtin_replay_path
-from cuda_agent.agent.policies import make_policy
-from cuda_agent.agent.tools import ToolsConfig
 from cuda_agent.cli.main import app
-from cuda_agent.tasks import load_task
 from cuda_agent.train.ppo import train_ppo
-from cuda_agent.workspace import init_workspace
+from tests.conftest import OptimizeRun
 from tests.train.trainer_helpers import build_digit_model, build_tiny_model, tiny_config
 
 
@@ -52,14 +48,15 @@ def test_toy_ppo_raises_reward(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_pipeline_rft_value_ppo_on_cpu(tmp_path: Path) -> None:
-    task = load_task("builtin:gelu_bias_scale")
-    root = init_workspace(task, tmp_path / "expert" / "ws", "cpu")
+def test_pipeline_rft_value_ppo_on_cpu(tmp_path: Path, builtin_replay_run: OptimizeRun
+                                       ) -> None:
+    # the expert: the shipped replay's real episode on the built-in example
+    assert builtin_replay_run.exit_code == 0, builtin_replay_run.output
     expert = tmp_path / "expert" / "trajectory.jsonl"
-    quick = {"trials": 2, "time_compile": False, "time_budget_s": 0.3}  # not what is tested
-    episode = run_episode(task, root, make_policy(f"replay:{builtin_replay_path(task, 'cpu')}"),
-                          AgentConfig(judge=quick, tools=ToolsConfig(judge=quick)), expert)
-    assert episode.reward is not None and episode.reward >= 1
+    expert.parent.mkdir()
+    shutil.copyfile(builtin_replay_run.out / "trajectory.jsonl", expert)
+    end = json.loads(expert.read_text().splitlines()[-1])
+    assert end["type"] == "episode_end" and end["result"]["reward"] >= 1
     model = build_tiny_model(tmp_path / "model")
     out = tmp_path / "run"
     config = tmp_path / "train.yaml"

@@ -395,6 +395,7 @@ class ModelNew(nn.Module):
 '''
 
 
+@pytest.mark.slow
 @x86_64_linux
 @pytest.mark.timeout(900)
 def test_a_module_unmapped_after_the_last_call_is_refused(tmp_path: Path):

@@ -85,6 +85,7 @@ def test_tampered_workspace_fools_a_harness_that_trusts_it(tampered: tuple[Path,
     assert run_naive(root / "model.py", root)[0]
 
 
+@pytest.mark.slow
 def test_judge_uses_the_trusted_task_not_the_workspace(tampered: tuple[Path, Path]):
     task, root = tampered
     (root / "model_new.py").write_text(scale_add_model(ZEROS_FORWARD))

@@ -22,8 +22,6 @@ from tests.judge.adversarial.helpers import (
     write_task,
 )
 
-pytestmark = pytest.mark.serial  # compares times: run alone
-
 # longer timing than QUICK, baselines measured afresh: what these tests compare is timing
 TIMED = QUICK.model_copy(update={"time_budget_s": 1.0, "min_runs": 10,
                                  "cache_baselines": False})
@@ -32,6 +30,10 @@ TIMED = QUICK.model_copy(update={"time_budget_s": 1.0, "min_runs": 10,
 # by milliseconds from one judgement to the next, which would make the honest reference
 # anything from the kernel's time to several times it
 OWN_TIME = TIMED.model_copy(update={"clock_margin": 1e6})
+# TIMED with eager's time measured once and cached: where a hack's verdict or its time
+# against the honest kernel's is what is judged, eager's time plays no part (the candidate
+# is timed after the baselines, not beside them)
+HACK_TIMED = TIMED.model_copy(update={"cache_baselines": True})
 
 
 def ws(forward: str, header: str = "", *extra: str):
@@ -254,29 +256,34 @@ def honest(tmp_path_factory: pytest.TempPathFactory, one_thread) -> tuple[Path, 
     return task, result
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("hack", CASES)
 def test_naive_harness_is_fooled(tmp_path: Path, hack: Hack):
     passed, _ = run_naive(write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"))
     assert passed
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("name", list(NO_GAIN))
 def test_naive_harness_is_fooled_no_gain_cases(tmp_path: Path, name: str):
     task = write_task(tmp_path, "scale_add_big")
     assert run_naive(task, NO_GAIN[name](tmp_path / "candidate"))[0]
 
 
+# a verdict on the answers, not on time: these run beside other tests
 @pytest.mark.parametrize("hack", CASES)
 def test_judge_rejects(tmp_path: Path, hack: Hack):
-    result = judge(write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"), TIMED)
+    result = judge(write_task(tmp_path, hack.task), hack.write(tmp_path / "candidate"),
+                   HACK_TIMED)
     assert rejected(result, *hack.keywords), f"reward {result.reward}: {said(result)}"
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # compares times: runs alone
 @pytest.mark.parametrize("name", list(NO_GAIN))
 def test_judge_gives_no_speed_up(tmp_path: Path, honest: tuple[Path, JudgeResult], name: str):
     task, fair = honest
-    result = judge(task, NO_GAIN[name](tmp_path / "candidate"), TIMED)
+    result = judge(task, NO_GAIN[name](tmp_path / "candidate"), HACK_TIMED)
     caught = result.reward == -1 or "timer" in said(result)
     fair_ms = fair.runtime_ms
     if not caught and result.runtime_ms < 0.5 * fair_ms:
@@ -290,6 +297,7 @@ def test_judge_gives_no_speed_up(tmp_path: Path, honest: tuple[Path, JudgeResult
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # compares times: runs alone
 def test_baseline_is_not_slowed_from_the_candidates_process(
         tmp_path: Path, honest: tuple[Path, JudgeResult]):
     task, fair = honest
