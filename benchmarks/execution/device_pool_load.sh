@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Load benchmark of the judge worker pool on one GPU: 1 against 3 judge workers per GPU, in
-# one call of about 5-6 minutes on an H100. Repository root, GPU machine (wheels of missing
+# Load benchmark of the judge worker pool on one GPU, one case (workers per GPU) per call of
+# about 6 minutes on an H100: PER_GPU=3 (default), then PER_GPU=1 in a second call. Repository root, GPU machine (wheels of missing
 # pure-Python packages in .whl/, KernelBench at .bench/kernelbench.jsonl):
 #
 #   bash benchmarks/execution/device_pool_load.sh OUT
@@ -8,9 +8,9 @@
 # Honest judge jobs (the built-in gelu_bias_scale and the KernelBench L1 answers in
 # benchmarks/kernelbench_l1, half of them fresh sources that nvcc compiles inside the job)
 # through a JudgePool on GPU 0, once for each number of workers per GPU in PER_GPU (default
-# "1 3", PoolConfig.jobs_per_gpu): a warm-up that caches the builds and the baselines (the
+# 3, PoolConfig.jobs_per_gpu; BUDGET_S for the first case, default 360): a warm-up that caches the builds and the baselines (the
 # first case measures them, BASELINE_PROCESSES processes per baseline, default 1), then jobs
-# kept two per worker ahead for WINDOW_S seconds (default 60) and drained. Results:
+# kept two per worker ahead for WINDOW_S seconds (default 100) and drained. Results:
 # OUT/pool_load.md (also printed: jobs per GPU-hour, how the GPU's turn was held: exclusive,
 # shared only, timing), per case OUT/pool_load_1gpu-xN.{md,json} and the turn's log
 # OUT/pool_load_1gpu-xN_turns.jsonl, summary OUT/pool_load.json. TWO_GPUS=1 with 2+ GPUs
@@ -22,15 +22,17 @@ mkdir -p "$OUT"
 . benchmarks/device_env.sh
 export CUDA_DEVICE_ORDER=PCI_BUS_ID  # pool GPU indices = nvidia-smi's
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-WINDOW_S=${WINDOW_S:-60}
+WINDOW_S=${WINDOW_S:-100}
 LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT \
   --baseline-processes ${BASELINE_PROCESSES:-1} --jobs window --window-s $WINDOW_S"
-B=200  # the first case measures the baselines in its warm-up
-for N in ${PER_GPU:-1 3}; do
+# a judge-v19 job takes about a minute on CUDA (8 candidate processes) and a new pool's
+# warm-up about two, so one case fills a call: PER_GPU="1" and PER_GPU="3" in two calls
+B=${BUDGET_S:-360}
+for N in ${PER_GPU:-3}; do
   echo "== 1 GPU, $N worker(s) on it (budget ${B} s)"
   timeout $((B + 20)) $LOAD --gpus 0 --jobs-per-gpu "$N" --label "1gpu-x$N" --budget-s "$B" \
     2>&1 | tail -100
-  B=$((WINDOW_S + 100))  # pool start and warm-up, the window, the drain
+  B=$((WINDOW_S + 240))  # pool start and warm-up, the window, the drain
 done
 if [ "${TWO_GPUS:-0}" = 1 ] && [ "$NGPU" -ge 2 ]; then
   echo "== 2 GPUs, $N worker(s) on each (budget $((B + 30)) s)"
