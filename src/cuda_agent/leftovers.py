@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cuda_agent.procs import alive
+
 MIN_AGE_S = 60.0
 """A folder younger than this is kept whatever its pid says: a process of another pid
 namespace sharing the folder may have made it a moment ago."""
@@ -38,7 +40,7 @@ def sweep(prefix: str, parent: str | Path | None = None) -> int:
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
             pid = _owner(entry.name, prefix)
-            if pid is None or _alive(pid):
+            if pid is None or alive(pid):
                 continue
             try:
                 info = entry.lstat()
@@ -74,13 +76,3 @@ def _owner(name: str, prefix: str) -> int | None:
         return None
     pid = name[len(prefix):].split("-", 1)[0]
     return int(pid) if pid.isdigit() else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

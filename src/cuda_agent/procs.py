@@ -53,3 +53,14 @@ def session_members(sid: int, procs: dict[int, Proc] | None = None) -> list[int]
     """The processes whose session id is ``sid`` (its leader included)."""
     return [pid for pid, proc in (snapshot() if procs is None else procs).items()
             if proc.sid == sid]
+
+
+def alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user; a zombie counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

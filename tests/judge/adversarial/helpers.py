@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cuda_agent.judge import Candidate, Judge, JudgeConfig
+from cuda_agent.procs import alive
 from cuda_agent.results import JudgeResult
 from cuda_agent.tasks import load_task
 from cuda_agent.tasks.task import Task
@@ -187,12 +188,8 @@ def run_naive(task: Path, candidate: Path, env: dict[str, str] | None = None,
 
 def process_alive(pid: int) -> bool:
     """True while ``pid`` runs; a zombie (dead, not yet reaped) counts as gone."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not alive(pid):
         return False
-    except PermissionError:
-        return True
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
