@@ -169,8 +169,13 @@ class CallDriver:
                  read_kept: Callable[[dict[str, Any]], tuple[list[Any], list[Any]]] | None,
                  at_counted: Callable[[], None] | None = None,
                  pid_of: Callable[[], int | None] | None = None,
-                 turns: PhaseTurns | None = None):
+                 turns: PhaseTurns | None = None,
+                 on_error: Callable[[], None] | None = None):
         self.lines, self.plan, self.read_kept = lines, plan, read_kept
+        self.on_error = on_error
+        """Called once the worker broke the protocol (the judge ends it then: a process that
+        spins on after the judge hung up would otherwise hold the judgement until its
+        timeout)."""
         self.turns = turns
         """What each phase needs of the judge's GPU turn (``turn_phases.PhaseTurns``), settled
         before the worker hears of a call or of a phase's end."""
@@ -258,6 +263,8 @@ class CallDriver:
         except Exception as exc:  # a bug here must fail the judgement, not hang it
             self.error = f"{type(exc).__name__}: {exc}"
         finally:
+            if self.error is not None and self.on_error is not None:
+                self.on_error()
             self.lines.sock.close()
             if self.cpu is not None:
                 self.cpu.close()

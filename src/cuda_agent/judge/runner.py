@@ -210,7 +210,7 @@ class Worker:
         """Serve this worker's calls (``driver.CallDriver``) from now until it ends;
         ``at_counted`` and ``turns`` as ``CallDriver``'s."""
         self.driver = CallDriver(calls.Lines(self.calls_sock), plan, read_kept,
-                                 at_counted, self.interpreter, turns).start()
+                                 at_counted, self.interpreter, turns, self.kill).start()
         return self.driver
 
     def followup(self, job: dict[str, Any], timeout_s: float) -> WorkerOutcome:

@@ -176,6 +176,18 @@ def test_learning_which_calls_are_kept_before_computing_fails(tmp_path: Path):
     assert rejected(result, "call protocol"), said(result)
 
 
+def test_a_candidate_that_spins_after_the_judge_hangs_up_is_ended_then(tmp_path: Path):
+    """The judge ends a worker as soon as it breaks the protocol: one that spins on after
+    the judge hung up does not hold the judgement until its process timeout."""
+    spinning = ORACLE.replace('raise ConnectionError("the judge closed the call socket")',
+                              "while True: pass")
+    assert spinning != ORACLE
+    result = judge(write_task(tmp_path, "scale_add"),
+                   _candidate(tmp_path / "spinner", ORACLE_FORWARD, spinning))
+    assert rejected(result, "call protocol"), said(result)
+    assert "timed out" not in said(result), said(result)
+
+
 @pytest.mark.serial
 def test_work_done_before_the_judges_go_is_charged_to_its_call(tmp_path: Path):
     """A candidate that computes each call's answer while its inputs are made (before
