@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +53,17 @@ def test_workspace_init_build_judge_json(tmp_path: Path, scale_add_task: Path):
     assert cli("workspace", "init", str(scale_add_task), str(root), "--device", "cpu"
                ).returncode == 0
     write_solution(root)
+    try:
+        _build_verify_profile_judge(root, scale_add_task)
+    finally:  # the shell's calls started the workspace's warm judge: end it with the test
+        from cuda_agent.execution.warm_judge import WarmJudge
+
+        found = WarmJudge(root).ping()
+        if found:
+            os.kill(found["pid"], signal.SIGTERM)
+
+
+def _build_verify_profile_judge(root: Path, scale_add_task: Path) -> None:
     built = cli("workspace", "build", str(root), "--json")
     assert built.returncode == 0 and json.loads(built.stdout)["ok"]
     verified = cli("workspace", "verify", str(root))
