@@ -142,7 +142,13 @@ class JudgeConfig(BaseModel):
         "through the other GPU work, so no timing overlaps another judge's GPU work while "
         "untimed work overlaps. None: no lock (the judge has the GPU to itself). The pool "
         "sets it for jobs_per_gpu > 1.")
-    memory_limit_gb: float = Field(32.0, description="Address-space limit of CPU workers.")
+    memory_limit_gb: float | None = Field(
+        None, gt=0, description="Address-space limit of each CPU worker, in GiB: an "
+        "allocation past it fails in that worker, and a reference that does not fit ends "
+        "the judgement with one line saying so. None: taken from the machine (judge.memory): "
+        "3/4 of its physical memory split evenly between the workers alive at once (the held "
+        "reference, candidate_processes and one baseline: 3 on the CPU by default), at "
+        "least 2 GiB.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")
     process_timeout_s: float = Field(600.0, gt=0, description="Limit for each worker process.")

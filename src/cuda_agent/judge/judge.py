@@ -36,6 +36,7 @@ from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.gpu_turn import SHARED, GpuTurn
+from cuda_agent.judge.memory import worker_limit
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Staging, run_candidate, time_again
@@ -294,7 +295,7 @@ class Judge:
         (``MALLOC_MMAP_MAX_=0``), so memory a call frees and the judge poisoned is what the
         next allocation gets back, for candidate and baselines alike."""
         cpu = self.device == "cpu"
-        limit = int(self.config.memory_limit_gb * 2**30) if cpu else None
+        limit = worker_limit(self.config, self.device)
         env = {"OMP_WAIT_POLICY": "PASSIVE"}
         if cpu:
             env.update(MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_=str(2**62))

@@ -26,6 +26,7 @@ from cuda_agent.judge.baselines import Baselines
 from cuda_agent.judge.clock import ClockError, judge_clock
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.judge import Judge
+from cuda_agent.judge.memory import reference_error, worker_limit
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.turn_phases import trusted_job
 from cuda_agent.tasks.task import Task
@@ -76,8 +77,8 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
             finally:
                 worker.close()
         if not ref.ok:
-            raise JudgeError(f"reference failed for task {task.name}: {ref.failure}\n"
-                             f"{ref.stderr_tail[-800:]}")
+            raise JudgeError(reference_error(task.name, ref,
+                                             worker_limit(config, judge.device)))
         try:
             clock = judge_clock(driver.records)
         except ClockError as exc:

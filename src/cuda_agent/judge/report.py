@@ -125,7 +125,7 @@ _TEXTS = {"stage": 80, "error": 16_000, "traceback": 4000, "time_meaning": 16,
           "profile": 20_000, "float64_error": 300, "seccomp": 300, "degenerate": 2000}
 """A report's text fields, each cut to this many characters."""
 _FLAGS = ("ok", "float64")
-_WHOLE = ("pid", "io_bytes")
+_WHOLE = ("pid", "io_bytes", "input_bytes")
 _REFERENCE = {"outputs": dict, "sizes": dict, "aliases": list, "fan_in": (list, dict)}
 """The reference's records of its calls, read item by item where they are used (``plan``)."""
 _DETAIL_COUNTS = ("calls", "unjoined", "overran", "activity_calls", "disturbed", "late",

@@ -96,8 +96,11 @@ class Worker:
         self._stderr = open(self.out_dir / "stderr.log", "wb")  # noqa: SIM115
         # read through the judge's own descriptor: the worker may replace the path
         self._stderr_read = os.open(self.out_dir / "stderr.log", os.O_RDONLY)
-        argv = [sys.executable, "-m", "cuda_agent.judge.worker", str(self.out_dir),
-                str(write_fd), "trace" if trace else "torch"]
+        # the worker's imports load the package's copy of its module before runpy runs it
+        # (as the worker wants: ``worker``'s end); the warning runpy prints for that would
+        # end every failed worker's stderr, which the judge's errors quote
+        argv = [sys.executable, "-W", _RUNPY_WARNING, "-m", "cuda_agent.judge.worker",
+                str(self.out_dir), str(write_fd), "trace" if trace else "torch"]
         prefix = _confine_prefix(self.out_dir, confine) if confine is not None else None
         self.confined = prefix is not None
         self.candidate = candidate
@@ -398,6 +401,9 @@ def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
 
 _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
+
+
+_RUNPY_WARNING = "ignore:'cuda_agent.judge.worker' found in sys.modules:RuntimeWarning:runpy"
 
 
 def _in_child(memory_limit: int | None, judge: int) -> Callable[[], None]:

@@ -18,6 +18,7 @@ from typing import Any
 from cuda_agent.judge.clock import ClockError, judge_clock
 from cuda_agent.judge.driver import Snapshot
 from cuda_agent.judge.gpu_turn import SHARED, GpuTurn
+from cuda_agent.judge.memory import reference_error, worker_limit
 from cuda_agent.judge.plan import JudgeError, JudgePlan, Reference
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Staging
@@ -40,8 +41,8 @@ def reference_first(verdict: Verdict, plan: JudgePlan, worker: Worker, measure: 
         ref = worker.wait(plan.cfg.process_timeout_s)
     verdict.worker_stages("reference", ref.result)
     if not ref.ok:
-        raise JudgeError(f"reference failed for task {plan.task.name}: {ref.failure}\n"
-                         f"{ref.stderr_tail[-800:]}")
+        raise JudgeError(reference_error(plan.task.name, ref,
+                                         worker_limit(plan.cfg, plan.device)))
     note = plan.learn(ref.result, processes)
     if note:
         verdict.flags.append(note)
@@ -115,6 +116,7 @@ class Ahead:
         wide = self.plan.kept.wide if self.plan.kept is not None else 0
         done = worker.followup(self.plan.kept_job(kept, wide), self.plan.cfg.process_timeout_s)
         if not done.ok:
-            raise JudgeError(f"reference failed on the kept calls: {done.failure}\n"
-                             f"{done.stderr_tail[-800:]}")
+            raise JudgeError(reference_error(self.plan.task.name, done,
+                                             worker_limit(self.plan.cfg, self.plan.device),
+                                             " on the kept calls"))
         return self.plan.collect_reference(done, worker, [s.scale for s in kept])
