@@ -167,6 +167,11 @@ def _workspace(folder: Path, out: str) -> None:
     assert {"SKILL.md", "model.py", "model_new.py", "kernels", "utils"} <= names
 
 
+def _baselines(folder: Path, out: str) -> None:
+    assert "1 of 1 tasks done" in out
+    assert (folder / "runs" / "base-cpu" / "baselines.jsonl").is_file()
+
+
 def _openapi(folder: Path, out: str) -> None:
     written = json.loads((folder / "docs" / "service-openapi.json").read_text())
     assert written == json.loads((REPO / "docs" / "service-openapi.json").read_text())
@@ -181,6 +186,8 @@ SHOWS: dict[str, Callable[[Path, str], None]] = {
     '-c "model.layers.*.input_layernorm" -o task': _extracted,
     "cuda-agent workspace init builtin:gelu_bias_scale ws --device cpu": _workspace,
     "cuda-agent serve --print-openapi > docs/service-openapi.json": _openapi,
+    "cuda-agent baselines builtin:gelu_bias_scale --out runs/base-cpu --device cpu --no-compile":
+        _baselines,
 }
 
 # Exit status other than 0 (the convention: 1 refused or failed, 2 bad input).
@@ -190,6 +197,8 @@ EXIT: dict[str, int] = {}
 DOCS: dict[str, str] = {
     "cuda-agent workspace init builtin:gelu_bias_scale ws --device cpu": "docs/mcp.md",
     "cuda-agent serve --print-openapi > docs/service-openapi.json": "docs/service.md",
+    "cuda-agent baselines builtin:gelu_bias_scale --out runs/base-cpu --device cpu --no-compile":
+        "docs/evaluation.md",
 }
 
 FENCE = re.compile(r"^```(?:bash|sh|console)\n(.*?)^```", re.S | re.M)
@@ -267,3 +276,16 @@ def test_commands_are_extracted_as_written() -> None:
     """Continuations, comments and `&&` are read as a shell reads them."""
     text = "```bash\ncuda-agent a --x 1 \\\n    --y '#2'  # note\n# c\nb && c\n```\n```\nno\n```\n"
     assert commands(text) == ["cuda-agent a --x 1 --y '#2'", "b", "c"]
+
+
+def test_help_lists_every_command_of_the_table(tmp_path: Path) -> None:
+    """`cuda-agent --help`, as the README's Commands section types it, names every command of
+    its table."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    done = run_command("cuda-agent --help", folder)
+    assert done.returncode == 0, done.stderr
+    table = re.findall(r"^\| `cuda-agent (\w+)", README.read_text(), re.M)
+    assert len(table) > 10
+    listed = set(re.findall(r"^│ (\w+) ", done.stdout, re.M))
+    assert set(table) <= listed, f"not in --help: {set(table) - listed}"
