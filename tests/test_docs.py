@@ -201,18 +201,29 @@ DOCS: dict[str, str] = {
         "docs/evaluation.md",
 }
 
-FENCE = re.compile(r"^```(?:bash|sh|console)\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^```(bash|sh|console)\n(.*?)^```", re.S | re.M)
+
+
+def blocks(markdown: str) -> list[tuple[str, list[str]]]:
+    """The shell commands of a markdown text's shell blocks, each with the output the text
+    shows for it: continuations joined, comments dropped, `a && b` split into its commands.
+    In a console block a command follows the prompt `$ ` and the lines after it, up to the
+    next prompt, are its output."""
+    found: list[tuple[str, list[str]]] = []
+    for language, block in FENCE.findall(markdown):
+        first = len(found)
+        for line in block.replace("\\\n", " ").splitlines():
+            if language == "console" and not line.startswith("$ "):
+                if len(found) > first and line.strip():
+                    found[-1][1].append(line.strip())
+                continue
+            line = re.sub(r"(^|\s)#.*$", "", line.removeprefix("$ ")).strip()
+            found += [(" ".join(part.split()), []) for part in line.split(" && ") if part.strip()]
+    return found
 
 
 def commands(markdown: str) -> list[str]:
-    """The shell commands of a markdown text's shell blocks: continuations joined, comments
-    dropped, `a && b` split into its commands, a console prompt `$ ` removed."""
-    found = []
-    for block in FENCE.findall(markdown):
-        for line in block.replace("\\\n", " ").splitlines():
-            line = re.sub(r"(^|\s)#.*$", "", line.removeprefix("$ ")).strip()
-            found += [" ".join(part.split()) for part in line.split(" && ") if part.strip()]
-    return found
+    return [command for command, _ in blocks(markdown)]
 
 
 def _readme_commands() -> list[str]:
@@ -257,6 +268,8 @@ def test_documented_command(command: str, tmp_path: Path) -> None:
     done = run_command(command, folder)
     assert done.returncode == EXIT.get(command, 0), (
         f"{command!r} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    for line in dict(blocks(README.read_text())).get(command, []):
+        assert line in done.stdout + done.stderr, f"{command!r} does not print {line!r}"
     if command in SHOWS:
         SHOWS[command](folder, done.stdout)
 
@@ -276,6 +289,8 @@ def test_commands_are_extracted_as_written() -> None:
     """Continuations, comments and `&&` are read as a shell reads them."""
     text = "```bash\ncuda-agent a --x 1 \\\n    --y '#2'  # note\n# c\nb && c\n```\n```\nno\n```\n"
     assert commands(text) == ["cuda-agent a --x 1 --y '#2'", "b", "c"]
+    console = "```console\nbanner\n$ cuda-agent tasks list x\nrow 1\n\n$ b\n```\n"
+    assert blocks(console) == [("cuda-agent tasks list x", ["row 1"]), ("b", [])]
 
 
 def test_help_lists_every_command_of_the_table(tmp_path: Path) -> None:
