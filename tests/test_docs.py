@@ -1,0 +1,306 @@
+"""The README's commands run as a user types them, on the CPU.
+
+Every shell command in README.md's fenced ``bash``/``sh``/``console`` blocks is a test of its
+own: it runs with bash in a fresh folder, with a fresh CUDA_AGENT_HOME, where `cuda-agent` (and
+`.venv/bin/cuda-agent`, as the quick start names it) is `python -m cuda_agent` from this
+interpreter and this checkout. Nothing in the command is rewritten; only the judge's and the
+filters' settings are made quick with `--set` where the command takes it. A command runs unless
+SKIP names it with a reason, so a command added to the README is tested by default. Each command
+must exit as the README's convention says (0 done, 1 refused or failed, 2 bad input) and leave
+what the README says it leaves. A few cheap commands of docs/*.md run the same way (DOCS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+
+pytestmark = pytest.mark.docs
+
+# Commands not run, keyed by their text as the README writes it (continuations joined).
+SKIP: dict[str, str] = {
+    "bash scripts/setup.sh": "installs torch and the package into .venv (network)",
+    "bash scripts/test.sh": "runs the whole test suite, this file included",
+    "cuda-agent workspace init ../shared/kernelbench/kernelbench.jsonl::1/12 ws --device cuda":
+        "needs a GPU and a KernelBench copy",
+    "ws/utils/build": "builds the CUDA workspace of the skipped `workspace init --device cuda`",
+    "ws/utils/verify": "needs a GPU (the CUDA workspace above)",
+    "ws/utils/profile": "needs a GPU (the CUDA workspace above)",
+    "cuda-agent judge ../shared/kernelbench/kernelbench.jsonl::1/12 ws --json":
+        "needs a GPU and a KernelBench copy",
+    "cuda-agent synth --count 6000 --out runs/ops6k --device cuda --workers 8 "
+    "--kernelbench ../shared/kernelbench/kernelbench.jsonl": "needs a GPU; takes hours",
+    "cuda-agent optimize task/model.py --model openai:NAME --base-url URL --out run":
+        "needs an LLM endpoint",
+    "cuda-agent export run --name fast_rmsnorm --out dist/fast_rmsnorm":
+        "exports the run of the skipped `optimize --model openai:NAME`",
+}
+
+# Judge settings that keep a command cheap, appended where the command takes --set.
+QUICK_JUDGE = ["--set", "trials=2", "--set", "time_compile=false", "--set", "time_budget_s=0.3"]
+QUICK_TOOLS = [a.replace("--set", "--tool-set") for a in QUICK_JUDGE]
+# The filters' runtime window is a property of the machine; CI checks the verdict is printed.
+QUICK_CHECK = ["--set", "compile_check=false", "--set", "timing_runs=2",
+               "--set", "min_ms_cpu=0", "--set", "max_ms_cpu=100000"]
+QUICK_SYNTH = ["--set", "filters.compile_check=false", "--set", "filters.timing_runs=2"]
+QUICK: dict[str, list[str]] = {
+    ".venv/bin/cuda-agent optimize": QUICK_JUDGE + QUICK_TOOLS,
+    "cuda-agent synth --count 30 --out runs/ops30": QUICK_SYNTH,
+    "cuda-agent synth check model.py --json": QUICK_CHECK,
+}
+
+# Commands that take more than about a minute on a 2-core machine.
+SLOW = {".venv/bin/cuda-agent optimize", "cuda-agent synth --count 30 --out runs/ops30"}
+
+# A user's package for `cuda-agent extract`: a decoder whose layers hold an input_layernorm.
+MYPKG_MODEL = '''
+import torch
+from torch import nn
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+class Layer(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.input_layernorm = RMSNorm(dim)
+        self.mlp = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        return x + self.mlp(self.input_layernorm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, dim, layers):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(32000, dim)
+        self.layers = nn.ModuleList(Layer(dim) for _ in range(layers))
+
+    def forward(self, ids):
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class LM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = Decoder(64, 2)
+
+    def forward(self, ids):
+        return self.model(ids)
+
+
+def build():
+    return LM().eval()
+'''
+
+
+def _mypkg(folder: Path) -> None:
+    (folder / "mypkg").mkdir()
+    (folder / "mypkg" / "__init__.py").write_text("")
+    (folder / "mypkg" / "model.py").write_text(MYPKG_MODEL)
+
+
+def _model_py(folder: Path) -> None:
+    example = REPO / "src" / "cuda_agent" / "examples" / "gelu_bias_scale" / "model.py"
+    (folder / "model.py").write_text(example.read_text())
+
+
+def _docs_folder(folder: Path) -> None:
+    (folder / "docs").mkdir()
+
+
+# What a command's folder holds before it runs: the files the README assumes the user has.
+GIVEN: dict[str, Callable[[Path], None]] = {
+    "cuda-agent synth check model.py --json": _model_py,
+    'cuda-agent extract mypkg.model:build -i "long[2,128]:0..32000" '
+    '-c "model.layers.*.input_layernorm" -o task': _mypkg,
+    "cuda-agent serve --print-openapi > docs/service-openapi.json": _docs_folder,
+}
+
+
+def _optimized(folder: Path, out: str) -> None:
+    (run,) = (folder / "cuda-agent-runs").glob("gelu_bias_scale-*")
+    assert (run / "report.md").is_file() and (run / "result" / "model_new.py").is_file()
+    assert json.loads((run / "judge.json").read_text())["reward"] >= 1
+    assert "result folder:" in out
+
+
+def _synthesized(folder: Path, out: str) -> None:
+    data = folder / "runs" / "ops30"
+    assert len((data / "jsonl" / "train.jsonl").read_text().splitlines()) == 30
+    assert (data / "data" / "train.parquet").is_file()
+    assert "30 tasks in runs/ops30" in out
+
+
+def _checked(folder: Path, out: str) -> None:
+    verdict = json.loads(out)
+    assert verdict["accepted"] is True and "checks" in verdict
+
+
+def _extracted(folder: Path, out: str) -> None:
+    assert {"model.py", "extract.json"} <= {p.name for p in (folder / "task").iterdir()}
+
+
+def _workspace(folder: Path, out: str) -> None:
+    names = {p.name for p in (folder / "ws").iterdir()}
+    assert {"SKILL.md", "model.py", "model_new.py", "kernels", "utils"} <= names
+
+
+def _baselines(folder: Path, out: str) -> None:
+    assert "1 of 1 tasks done" in out
+    assert (folder / "runs" / "base-cpu" / "baselines.jsonl").is_file()
+
+
+def _openapi(folder: Path, out: str) -> None:
+    written = json.loads((folder / "docs" / "service-openapi.json").read_text())
+    assert written == json.loads((REPO / "docs" / "service-openapi.json").read_text())
+
+
+# What the README says a command prints or leaves behind.
+SHOWS: dict[str, Callable[[Path, str], None]] = {
+    ".venv/bin/cuda-agent optimize": _optimized,
+    "cuda-agent synth --count 30 --out runs/ops30": _synthesized,
+    "cuda-agent synth check model.py --json": _checked,
+    'cuda-agent extract mypkg.model:build -i "long[2,128]:0..32000" '
+    '-c "model.layers.*.input_layernorm" -o task': _extracted,
+    "cuda-agent workspace init builtin:gelu_bias_scale ws --device cpu": _workspace,
+    "cuda-agent serve --print-openapi > docs/service-openapi.json": _openapi,
+    "cuda-agent baselines builtin:gelu_bias_scale --out runs/base-cpu --device cpu --no-compile":
+        _baselines,
+}
+
+# Exit status other than 0 (the convention: 1 refused or failed, 2 bad input).
+EXIT: dict[str, int] = {}
+
+# Cheap commands of docs/*.md, each of which must still be written there.
+DOCS: dict[str, str] = {
+    "cuda-agent workspace init builtin:gelu_bias_scale ws --device cpu": "docs/mcp.md",
+    "cuda-agent serve --print-openapi > docs/service-openapi.json": "docs/service.md",
+    "cuda-agent baselines builtin:gelu_bias_scale --out runs/base-cpu --device cpu --no-compile":
+        "docs/evaluation.md",
+}
+
+FENCE = re.compile(r"^```(bash|sh|console)\n(.*?)^```", re.S | re.M)
+
+
+def blocks(markdown: str) -> list[tuple[str, list[str]]]:
+    """The shell commands of a markdown text's shell blocks, each with the output the text
+    shows for it: continuations joined, comments dropped, `a && b` split into its commands.
+    In a console block a command follows the prompt `$ ` and the lines after it, up to the
+    next prompt, are its output."""
+    found: list[tuple[str, list[str]]] = []
+    for language, block in FENCE.findall(markdown):
+        first = len(found)
+        for line in block.replace("\\\n", " ").splitlines():
+            if language == "console" and not line.startswith("$ "):
+                if len(found) > first and line.strip():
+                    found[-1][1].append(line.strip())
+                continue
+            line = re.sub(r"(^|\s)#.*$", "", line.removeprefix("$ ")).strip()
+            found += [(" ".join(part.split()), []) for part in line.split(" && ") if part.strip()]
+    return found
+
+
+def commands(markdown: str) -> list[str]:
+    return [command for command, _ in blocks(markdown)]
+
+
+def _readme_commands() -> list[str]:
+    return commands(README.read_text())
+
+
+def _cases() -> list:
+    cases = []
+    for command in _readme_commands() + list(DOCS):
+        marks = [pytest.mark.slow] if command in SLOW else []
+        if command in SKIP:
+            marks.append(pytest.mark.skip(reason=SKIP[command]))
+        cases.append(pytest.param(command, marks=marks, id=command[:80]))
+    return cases
+
+
+def run_command(command: str, folder: Path) -> subprocess.CompletedProcess[str]:
+    """Run COMMAND with bash in FOLDER, `cuda-agent` being this checkout's package."""
+    home, bins = folder.parent / "home", [folder.parent / "bin", folder / ".venv" / "bin"]
+    for bin_dir in bins:
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        shim = bin_dir / "cuda-agent"
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cuda_agent "$@"\n')
+        shim.chmod(0o755)
+    env = dict(os.environ, CUDA_AGENT_HOME=str(home), PYTHONPATH=str(REPO / "src"),
+               PATH=f"{bins[0]}{os.pathsep}{os.environ['PATH']}")
+    env.pop("CUDA_AGENT_TEST_HOME", None)
+    line = " ".join([command, *QUICK.get(command, [])])
+    if ">" in command:  # a redirection stays last
+        head, _, target = command.partition(">")
+        line = " ".join([head.strip(), *QUICK.get(command, []), ">", target.strip()])
+    return subprocess.run(["bash", "-c", line], cwd=folder, env=env, text=True,
+                          capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("command", _cases())
+def test_documented_command(command: str, tmp_path: Path) -> None:
+    folder = tmp_path / "user"
+    folder.mkdir()
+    if command in GIVEN:
+        GIVEN[command](folder)
+    done = run_command(command, folder)
+    assert done.returncode == EXIT.get(command, 0), (
+        f"{command!r} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    for line in dict(blocks(README.read_text())).get(command, []):
+        assert line in done.stdout + done.stderr, f"{command!r} does not print {line!r}"
+    if command in SHOWS:
+        SHOWS[command](folder, done.stdout)
+
+
+def test_skipped_and_tuned_commands_are_documented() -> None:
+    """Every entry of the tables names a command the README or its doc still holds."""
+    readme = set(_readme_commands())
+    for name, table in {"SKIP": SKIP, "QUICK": QUICK, "SLOW": SLOW, "GIVEN": GIVEN,
+                        "SHOWS": SHOWS, "EXIT": EXIT}.items():
+        stale = [c for c in table if c not in readme and c not in DOCS]
+        assert not stale, f"{name} names commands no longer documented: {stale}"
+    for command, doc in DOCS.items():
+        assert command in commands((REPO / doc).read_text()), f"{doc} no longer has {command!r}"
+
+
+def test_commands_are_extracted_as_written() -> None:
+    """Continuations, comments and `&&` are read as a shell reads them."""
+    text = "```bash\ncuda-agent a --x 1 \\\n    --y '#2'  # note\n# c\nb && c\n```\n```\nno\n```\n"
+    assert commands(text) == ["cuda-agent a --x 1 --y '#2'", "b", "c"]
+    console = "```console\nbanner\n$ cuda-agent tasks list x\nrow 1\n\n$ b\n```\n"
+    assert blocks(console) == [("cuda-agent tasks list x", ["row 1"]), ("b", [])]
+
+
+def test_help_lists_every_command_of_the_table(tmp_path: Path) -> None:
+    """`cuda-agent --help`, as the README's Commands section types it, names every command of
+    its table."""
+    folder = tmp_path / "user"
+    folder.mkdir()
+    done = run_command("cuda-agent --help", folder)
+    assert done.returncode == 0, done.stderr
+    table = re.findall(r"^\| `cuda-agent (\w+)", README.read_text(), re.M)
+    assert len(table) > 10
+    listed = set(re.findall(r"^│ (\w+) ", done.stdout, re.M))
+    assert set(table) <= listed, f"not in --help: {set(table) - listed}"
