@@ -259,3 +259,39 @@ def test_a_process_left_in_a_dead_builds_folder_is_ended(tmp_path: Path):
     finally:
         stuck.kill()
         stuck.wait()
+
+
+def test_an_object_carrying_lto_sections_is_refused(tmp_path: Path):
+    """Link-time-optimisation sections carry code the symbol check does not read (and
+    options the link-time assembler takes): an asm() block can write them."""
+    source = ('asm(".section .gnu.lto_.opts,\\"e\\",@progbits\\n.byte 0\\n.previous");\n'
+              "int f() { return 1; }\n")
+    root = _workspace(tmp_path / "ws", "k.cpp", source)
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(root)
+    assert not result.ok and "link-time-optimisation sections" in result.log
+    plain = _workspace(tmp_path / "plain", "k.cpp", "int f() { return 1; }\n")
+    assert Builder(BuildConfig(device="cpu", jobs=1)).build(plain).ok
+
+
+@needs_ns
+def test_the_kernels_settings_are_read_only_in_the_jail(tmp_path: Path):
+    (tmp_path / "s").mkdir()
+    script = "test -w /proc/sys/vm/drop_caches && echo WRITABLE || echo READONLY"
+    done = Jail.make("on", 30, None).run(["sh", "-c", script], tmp_path, tmp_path / "s", 30)
+    assert "READONLY" in done.output, done.output
+
+
+def test_too_many_files_or_too_long_a_path_is_a_build_error(tmp_path: Path):
+    from cuda_agent.build import sources
+
+    root = _workspace(tmp_path / "ws", "k.cpp", "int f() { return 1; }\n")
+    for i in range(sources.MAX_FILES):
+        (root / "kernels" / f"h{i}.h").write_text("")
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(root)
+    assert not result.ok and f"over {sources.MAX_FILES}" in result.log
+    deep = _workspace(tmp_path / "deep", "k.cpp", "int f() { return 1; }\n") / "kernels"
+    folder = deep / "/".join(["d" * 50] * 4)
+    folder.mkdir(parents=True)
+    (folder / "x.h").write_text("")
+    result = Builder(BuildConfig(device="cpu", jobs=1)).build(deep.parent)
+    assert not result.ok and "at most" in result.log

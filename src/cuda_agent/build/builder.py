@@ -243,6 +243,8 @@ class Builder:
             if out.stat().st_size > MAX_OUTPUT_BYTES:
                 return False, (f"{done.log}\nerror: the compiler's output is over "
                                f"{MAX_OUTPUT_BYTES >> 20} MiB; not kept\n")
+            if view is not None and (refused := _lto_refusal(out, view[1])):
+                return False, f"{done.log}\n{refused}"
             os.replace(out, obj)
             return True, done.log
         finally:
@@ -257,7 +259,10 @@ class Builder:
         obj = self._object_path(key)
         if obj.exists():
             return str(source), "cached", obj, ""
-        ok, log = self._compile(cmd, None, obj, split, (files, source))
+        try:
+            ok, log = self._compile(cmd, None, obj, split, (files, source))
+        except OSError as exc:  # the view or the scratch could not be written
+            ok, log = False, f"{source}: error: cannot be compiled here: {exc.strerror}\n"
         return str(source), "compiled" if ok else "failed", obj, log
 
     @staticmethod
@@ -296,6 +301,18 @@ def _refused_calls(chain: Toolchain, units: list[tuple[str, str, Path, str]], ca
     return tuple(Diagnostic(p.where, None, None, "error", _cut(
         f"{p.verb} {p.symbol} ({p.rule}): not allowed")) for p in problems
         )[:diagnostics.MAX_DIAGNOSTICS]
+
+
+def _lto_refusal(obj: Path, source: Path) -> str:
+    """An error for a kernel object carrying link-time-optimisation sections, else ''."""
+    try:
+        found = sources.lto_sections(obj)
+    except (OSError, ValueError, IndexError) as exc:
+        return f"{source}: error: its object cannot be read: {exc}\n"
+    if found:
+        return (f"{source}: error: its object carries link-time-optimisation sections "
+                f"({', '.join(sorted(set(found))[:3])}): not allowed\n")
+    return ""
 
 
 def _flag_paths(flags: list[str]) -> list[str]:

@@ -54,8 +54,9 @@ HIDDEN_ROOTS = ("/tmp/", "/dev/shm/")
 _PR_SET_PDEATHSIG = 1
 
 # $1: the paths to show read-only, $2: the scratch folder (writable), $3: the working
-# folder; one path per line. Every mount is made read-only first (but the namespace's own
-# /proc). Paths under /tmp are bound under a fresh /dev/shm before /tmp is covered by a
+# folder; one path per line. Every mount is made read-only first, and so are the kernel's
+# settings under the namespace's own /proc (/proc/sys and the like, as the agent's shell
+# has them). Paths under /tmp are bound under a fresh /dev/shm before /tmp is covered by a
 # small tmpfs, then moved into it (mount --move keeps them), so /tmp and /dev/shm hold
 # nothing else; the scratch folder is then made writable. The command runs with no
 # capability left (an empty bounding set, no new privileges), so nothing it runs can undo a
@@ -66,6 +67,11 @@ for m in $(awk '{print $5}' /proc/self/mountinfo | sort -u); do
   case "$m" in /proc|/proc/*) continue ;; esac
   mount -n -o remount,bind,ro "$m" ||
     { echo "build-confine: cannot make $m read-only" >&2; exit 125; }
+done
+for p in /proc/sys /proc/sysrq-trigger /proc/irq /proc/bus /proc/fs; do
+  [ -e "$p" ] || continue
+  mount -n --bind "$p" "$p" && mount -n -o remount,bind,ro "$p" ||
+    { echo "build-confine: cannot make $p read-only" >&2; exit 125; }
 done
 mount -n -t tmpfs -o size=64m,nosuid,nodev tmpfs /dev/shm
 n=0
@@ -233,7 +239,7 @@ def namespaces_work() -> bool:
 def _prefix() -> list[str]:
     user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
     return ["unshare", *user, "--mount", "--pid", "--fork", "--kill-child", "--mount-proc",
-            "--net", "--ipc", "--"]
+            "--net", "--ipc", "--uts", "--"]
 
 
 def _hidden(paths: Iterable[str | Path]) -> tuple[str, ...]:

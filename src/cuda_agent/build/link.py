@@ -149,8 +149,11 @@ def _cuda_libs(chain: Toolchain) -> list[str]:
 def _strict() -> list[str]:
     # --no-undefined names every unresolved symbol (a launcher declared in a binding but
     # defined nowhere); --noinhibit-exec still writes the library, since the Python API
-    # symbols are only resolved when the interpreter loads it.
-    return ["-Wl,--no-undefined", "-Wl,--noinhibit-exec"]
+    # symbols are only resolved when the interpreter loads it. No link-time optimisation:
+    # its code comes from an object's LTO sections, which the symbol check does not see
+    # and whose options (carried in the object) reach the link-time assembler.
+    return ["-Wl,--no-undefined", "-Wl,--noinhibit-exec", "-fno-lto",
+            "-fno-use-linker-plugin"]
 
 
 def _link(cmd: list[str], out: Path, cache: Path, run: Run) -> Linked:

@@ -21,12 +21,17 @@ import hashlib
 import os
 import re
 import stat
+import struct
 from pathlib import Path
 
 HEADER_SUFFIXES = (".h", ".hpp", ".cuh", ".inc")
 SOURCE_SUFFIXES = (".cpp", ".cu")
 MAX_FILE_BYTES = 16 << 20
 MAX_TOTAL_BYTES = 64 << 20
+MAX_FILES = 200
+MAX_PATH = 160
+"""Longest path under the workspace: the view adds its own folder, which must stay within
+the file system's limits."""
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _REFUSED_SUFFIXES = (".gch", ".pch", ".pcm", ".gcm")
 """Precompiled headers and modules: a compiler loads them in place of a header."""
@@ -55,6 +60,11 @@ def kernel_files(root: Path, wanted: tuple[str, ...], max_sources: int, registry
         rel = path.relative_to(root)
         if path.suffix not in SOURCE_SUFFIXES + HEADER_SUFFIXES:
             continue
+        if len(str(rel)) > MAX_PATH:
+            raise ValueError(f"{str(rel)[:60]}...: a path under the workspace may be at most "
+                             f"{MAX_PATH} characters")
+        if len(sources) + len(headers) >= MAX_FILES:
+            raise ValueError(f"kernels/ holds over {MAX_FILES} sources and headers")
         if path.suffix in SOURCE_SUFFIXES and path.suffix not in wanted:
             raise ValueError(f"{rel}: CUDA sources need --device cuda; the CPU target builds "
                              "kernels/*.cpp with g++")
@@ -121,3 +131,42 @@ def _read(path: Path, rel: Path) -> bytes:
     if len(data) > MAX_FILE_BYTES:
         raise ValueError(f"{rel}: over {MAX_FILE_BYTES >> 20} MiB")
     return data
+
+
+LTO_SECTIONS = (b".gnu.lto_", b".gnu.debuglto_")
+
+
+def lto_sections(path: Path) -> list[str]:
+    """Names of the link-time-optimisation sections in the ELF object ``path`` (an
+    ``asm()`` block can write them into any object): their code is not what the symbol
+    check reads. Raises ValueError for a file that is not a 64-bit ELF object."""
+    try:
+        return _lto_sections(path)
+    except struct.error as exc:
+        raise ValueError(f"{path.name}: a section table the judge does not read") from exc
+
+
+def _lto_sections(path: Path) -> list[str]:
+    with open(path, "rb") as handle:
+        head = handle.read(64)
+        if len(head) < 64 or head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+            raise ValueError(f"{path.name}: not a 64-bit little-endian ELF object")
+        shoff, = struct.unpack_from("<Q", head, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", head, 0x3A)
+        if shnum > 65535 or shentsize < 64 or shstrndx >= shnum:
+            raise ValueError(f"{path.name}: a section table the judge does not read")
+        handle.seek(shoff)
+        table = handle.read(shentsize * shnum)
+        entry = shstrndx * shentsize
+        names_off, names_size = struct.unpack_from("<QQ", table, entry + 0x18)
+        if names_size > MAX_FILE_BYTES:
+            raise ValueError(f"{path.name}: a section-name table over 16 MiB")
+        handle.seek(names_off)
+        names = handle.read(names_size)
+    found = []
+    for i in range(shnum):
+        offset, = struct.unpack_from("<I", table, i * shentsize)
+        name = names[offset:names.find(b"\0", offset)]
+        if name.startswith(LTO_SECTIONS):
+            found.append(name.decode(errors="replace"))
+    return found

@@ -73,9 +73,11 @@ def test_the_thread_budget_is_the_cpus_or_fewer_where_openmp_is_given_fewer():
     env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
     for omp, budget in ((None, cpus), ("1", 1), (str(cpus + 8), cpus), ("x", cpus)):
         child = subprocess.Popen(
-            [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE,
+            [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env=env if omp is None else {**env, "OMP_NUM_THREADS": omp})
-        try:
+        try:  # read once it runs: until its exec, /proc shows the parent's environment
+            assert child.stdout.readline().strip() == "up"
             assert thread_budget(child.pid) == budget, omp
         finally:
             child.kill()
