@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from cuda_agent.build.builder import MODULE_NAME
-
-SOURCE_SUFFIXES = (".cpp", ".cu")
+from cuda_agent.build.sources import SOURCE_SUFFIXES
 
 
 class IntegrateError(ValueError):

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from cuda_agent.build import sources
 from cuda_agent.tasks.loaders import BUILTIN_PREFIX, builtin_dir
 
-MAX_FILES = 200
+MAX_FILES = sources.MAX_FILES
 MAX_BYTES = 8 * 1024 * 1024
-SOURCE_SUFFIXES = (".cu", ".cuh", ".cpp", ".h", ".hpp", ".inc")
+SOURCE_SUFFIXES = sources.SOURCE_SUFFIXES + sources.HEADER_SUFFIXES
+"""What the snapshot copies: every file the build reads."""
 
 
 class CandidateError(ValueError):
