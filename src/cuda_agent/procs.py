@@ -6,8 +6,12 @@ way: take one ``snapshot()`` and ask it for a process's descendants or a session
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import functools
 import os
+import signal
+from collections.abc import Callable
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,3 +68,18 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> Callable[[], None]:
+    """A call for a child between fork and exec (libc is loaded here, in the parent: the
+    child only calls it): the child gets SIGKILL when the thread that started it ends."""
+    prctl = _libc().prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)

@@ -36,7 +36,6 @@ still hold and ``Jail.isolated`` is False; ``confine='on'`` refuses to build the
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import functools
 import os
@@ -50,8 +49,9 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from cuda_agent.procs import die_with_parent
+
 HIDDEN_ROOTS = ("/tmp/", "/dev/shm/")
-_PR_SET_PDEATHSIG = 1
 
 # $1: the paths to show read-only, $2: the scratch folder (writable), $3: the working
 # folder; one path per line. Every mount is made read-only first, and so are the kernel's
@@ -177,10 +177,10 @@ class Jail:
             limits.append((resource.RLIMIT_AS, self.memory_bytes))
         if self.file_bytes is not None:
             limits.append((resource.RLIMIT_FSIZE, self.file_bytes))
-        prctl = _libc().prctl
+        die = die_with_parent()
 
         def apply() -> None:  # in the child, before exec: nothing here may allocate locks
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            die()
             for which, value in limits:
                 resource.setrlimit(which, (value, value))
 
@@ -250,7 +250,3 @@ def _hidden(paths: Iterable[str | Path]) -> tuple[str, ...]:
             out.append(path)
     return tuple(out)
 
-
-@functools.cache
-def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(None, use_errno=True)

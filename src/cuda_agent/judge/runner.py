@@ -26,7 +26,6 @@ write anything there, and nothing it writes can raise in the judge.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import queue
@@ -50,7 +49,7 @@ from cuda_agent.judge.driver import CallDriver, DriverPlan
 from cuda_agent.judge.report import REPORT_BYTES, WorkerOutcome, outcome, read_small
 from cuda_agent.judge.turn_phases import PhaseTurns
 from cuda_agent.judge.worker import LIFELINE_ENV
-from cuda_agent.procs import Proc, descendants, session_members, snapshot
+from cuda_agent.procs import Proc, descendants, die_with_parent, session_members, snapshot
 
 PACK_BYTES = 64 * 2**30
 WORKER_DIR = "cuda-agent-worker-"
@@ -399,8 +398,6 @@ def _wait(proc: subprocess.Popen, deadline: float) -> int | None:
         return None
 
 
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded here: a forked child only calls it
 
 
 _RUNPY_WARNING = "ignore:'cuda_agent.judge.worker' found in sys.modules:RuntimeWarning:runpy"
@@ -410,8 +407,10 @@ def _in_child(memory_limit: int | None, judge: int) -> Callable[[], None]:
     """What a worker's leader does between fork and exec: die with the thread that started
     it (``_spawn``'s, which lasts as long as ``judge``'s process; a judge already gone ends
     it at once) and take its address-space limit."""
+    die = die_with_parent()
+
     def apply() -> None:
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        die()
         if os.getppid() != judge:
             os._exit(1)
         if memory_limit:
