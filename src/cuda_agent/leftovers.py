@@ -32,14 +32,16 @@ def owned_dir(prefix: str, parent: str | Path | None = None) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
 
 
-def sweep(prefix: str, parent: str | Path | None = None) -> int:
-    """Remove this user's ``PREFIX<pid>-*`` folders in ``parent`` whose process is gone and
-    that are older than ``MIN_AGE_S``; the number removed."""
+def sweep(prefixes: str | tuple[str, ...], parent: str | Path | None = None) -> int:
+    """Remove this user's ``PREFIX<pid>-*`` folders in ``parent`` (one prefix or several,
+    read in one pass) whose process is gone and that are older than ``MIN_AGE_S``; the
+    number removed."""
     parent = Path(parent or tempfile.gettempdir())
+    prefixes = (prefixes,) if isinstance(prefixes, str) else prefixes
     removed = 0
     with contextlib.suppress(OSError):
         for entry in parent.iterdir():
-            pid = _owner(entry.name, prefix)
+            pid = _owner(entry.name, prefixes)
             if pid is None or alive(pid):
                 continue
             try:
@@ -71,8 +73,9 @@ def _kill_inside(folder: Path) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
 
 
-def _owner(name: str, prefix: str) -> int | None:
-    if not name.startswith(prefix):
-        return None
-    pid = name[len(prefix):].split("-", 1)[0]
-    return int(pid) if pid.isdigit() else None
+def _owner(name: str, prefixes: tuple[str, ...]) -> int | None:
+    for prefix in prefixes:
+        if name.startswith(prefix):
+            pid = name[len(prefix):].split("-", 1)[0]
+            return int(pid) if pid.isdigit() else None
+    return None

@@ -81,8 +81,7 @@ class Judge:
         self._baselines: dict[str, Any] = {}
         """Baselines this judge measured and may not store (``store_baselines`` off)."""
         self._turn = GpuTurn(self.config.gpu_lock)
-        for prefix in (JUDGE_DIR, WORKER_DIR):  # left by judges killed outright
-            leftovers.sweep(prefix)
+        leftovers.sweep((JUDGE_DIR, WORKER_DIR))  # left by judges killed outright
         self._finalizer = weakref.finalize(self, close_all, self._spares)
 
     def __enter__(self) -> Judge:
