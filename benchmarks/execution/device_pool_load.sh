@@ -15,6 +15,7 @@
 # shared only, timing), per case OUT/pool_load_1gpu-xN.{md,json} and the turn's log
 # OUT/pool_load_1gpu-xN_turns.jsonl, summary OUT/pool_load.json. TWO_GPUS=1 with 2+ GPUs
 # visible adds a 2-GPU case at the last PER_GPU and the scaling ratio (a longer call).
+# CANDIDATE_PROCESSES=N times each candidate in N processes (the judge's default: 8 on CUDA).
 set -uo pipefail
 OUT=${1:-/tmp/out}
 KB=${KB:-.bench/kernelbench.jsonl}
@@ -24,7 +25,8 @@ export CUDA_DEVICE_ORDER=PCI_BUS_ID  # pool GPU indices = nvidia-smi's
 NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 WINDOW_S=${WINDOW_S:-100}
 LOAD="python3 benchmarks/execution/pool_load.py --device cuda --kb $KB --out $OUT \
-  --baseline-processes ${BASELINE_PROCESSES:-1} --jobs window --window-s $WINDOW_S"
+  --baseline-processes ${BASELINE_PROCESSES:-1} --jobs window --window-s $WINDOW_S \
+  ${CANDIDATE_PROCESSES:+--candidate-processes $CANDIDATE_PROCESSES}"
 # a judge-v19 job takes about a minute on CUDA (8 candidate processes) and a new pool's
 # warm-up about two, so one case fills a call: PER_GPU="1" and PER_GPU="3" in two calls
 B=${BUDGET_S:-360}

@@ -142,6 +142,8 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         judge = judge.model_copy(update={"time_budget_s": args.time_budget_s})
     if args.baseline_processes is not None:
         judge = judge.model_copy(update={"baseline_processes": args.baseline_processes})
+    if args.candidate_processes is not None:
+        judge = judge.model_copy(update={"candidate_processes": args.candidate_processes})
     if args.cpu_lock and device == "cpu":  # the CPU workers share one turn, as on a GPU
         judge = judge.model_copy(update={"gpu_lock": str(args.out / f"{args.label}.lock")})
     per_gpu = args.jobs_per_gpu
@@ -394,6 +396,9 @@ def main() -> int:
     parser.add_argument("--baseline-processes", type=int, default=None,
                         help="the judge's processes per baseline (default: its own; 1 makes "
                         "the warm-up that caches the baselines shorter)")
+    parser.add_argument("--candidate-processes", type=int, default=None,
+                        help="the judge's processes each candidate is timed in (default: "
+                        "its own, 8 on CUDA)")
     parser.add_argument("--job-timeout-s", type=float, default=300.0)
     parser.add_argument("--sample-ms", type=int, default=100)
     parser.add_argument("--label", default="")

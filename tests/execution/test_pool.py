@@ -103,9 +103,11 @@ def test_one_worker_per_visible_gpu():
 def test_several_jobs_per_gpu_take_turns_on_it():
     """Three workers on GPU 0 share its lock: every job is judged correct and timed, each
     ran its reference, candidate and comparisons inside its GPU turn, and held it exclusive
-    for part of that (its timed calls)."""
+    for part of that (its timed calls). Two candidate processes a job, so that the six
+    jobs, whose timed phases take turns, fit the test's time."""
     task = load_task("builtin:gelu_bias_scale")
-    config = PoolConfig(gpus=[0], jobs_per_gpu=3, judge=JudgeConfig(device="cuda"))
+    judge = JudgeConfig(device="cuda", candidate_processes=2, baseline_processes=2)
+    config = PoolConfig(gpus=[0], jobs_per_gpu=3, judge=judge)
     with JudgePool(config) as pool:
         assert pool.stats().workers == 3
         results = pool.map([(task, "builtin:gelu_bias_scale")] * 6, timeout=900)

@@ -210,3 +210,44 @@ def test_the_server_ends_when_its_owner_dies(workspace: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code, str(workspace)], capture_output=True,
                           text=True, check=True)
     assert _gone(int(done.stdout.split()[-1]))
+
+
+def test_the_profile_s_baselines_are_measured_ahead_beside_a_verify(
+        workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``measure_ahead`` the server measures the profile call's baselines as it starts:
+    a verify runs meanwhile, no exclusive hold of the GPU's turn (the baselines' timed
+    phases) overlaps a hold of another judge's, and the first profile uses those baselines
+    instead of measuring its own."""
+    from cuda_agent.execution.warm_judge import WarmJudgeConfig
+    from cuda_agent.judge.gpu_turn import LOG_ENV
+
+    log = tmp_path / "turns.jsonl"
+    monkeypatch.setenv(LOG_ENV, str(log))
+    judge = WarmJudge(workspace, episode_configs("cpu", QUICK), owner=True,
+                      config=WarmJudgeConfig(measure_ahead="on"))
+    try:
+        judge.start(wait=True)
+        verify = judge.call("verify")
+        for _ in range(3000):
+            state = judge.ping() or {}
+            if state.get("baselines_ahead") != "measuring":
+                break
+            time.sleep(0.1)
+        assert state["baselines_ahead"] == "done", state
+        profile = judge.call("profile")
+    finally:
+        judge.close()
+    assert verify.correct and profile.correct, (verify.reasons, profile.reasons)
+    assert profile.eager_timing.median_ms == state["eager_ms"]  # measured ahead, not again
+    spans: dict[str, list[dict]] = {}
+    for line in log.read_text().splitlines():
+        span = json.loads(line)
+        spans.setdefault(span["turn"], []).append(span)
+    assert len(spans) >= 2, spans.keys()  # the measurement's and the calls' judges
+    for name, own in spans.items():
+        others = [s for other, theirs in spans.items() if other != name for s in theirs
+                  if s["kind"] != "timing"]
+        for mine in (s for s in own if s["kind"] == "exclusive"):
+            for theirs in others:
+                assert mine["end"] <= theirs["start"] or theirs["end"] <= mine["start"], \
+                    (mine, theirs)

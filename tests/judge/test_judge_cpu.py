@@ -244,18 +244,36 @@ def test_candidate_process_never_sees_the_reference_model(scale_add_task: Path, 
     assert result.correct, result.reasons
 
 
+def test_a_judge_keeps_its_warm_sets_started_and_takes_the_oldest(scale_add_task: Path,
+                                                                   workspace: Path):
+    """With ``warm_sets`` 2 a judgement takes the set started first and leaves the other
+    waiting, so a call right after it finds one whose start-up is over."""
+    config = CHECK_ONLY.model_copy(update={"keep_warm": True, "warm_sets": 2})
+    task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
+    with Judge(config) as warm:
+        assert warm.warm(timeout_s=300)
+        older, newer = ([w.proc for w in s] for s in warm._spares)
+        result = warm.judge(task, candidate)
+        assert all(p.poll() is not None for p in older)  # taken, used, ended
+        assert all(p.poll() is None for p in newer)
+        assert [w.proc for w in warm._spares[0]] == newer and len(warm._spares) == 2
+        kept = [w.proc for s in warm._spares for w in s]
+    assert result.correct, result.reasons
+    assert all(p.poll() is not None for p in kept)  # close() stopped both sets
+
+
 def test_warm_judge_reuses_prestarted_workers_and_stops_them(scale_add_task: Path,
                                                              workspace: Path):
     config = CHECK_ONLY.model_copy(update={"keep_warm": True})
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     with Judge(config) as warm:
         first = warm.judge(task, candidate)
-        spares = [w.proc for w in warm._spares]
+        spares = [w.proc for s in warm._spares for w in s]
         assert len(spares) == 2 and all(p.poll() is None for p in spares)
         before = _uptime()
         second = warm.judge(task, candidate)
         assert all(p.poll() is not None for p in spares)  # used up, then ended
-        fresh = [w.proc for w in warm._spares]
+        fresh = [w.proc for s in warm._spares for w in s]
         # on the CPU the next pair starts when a judgement ends, not beside its timed calls
         assert all(_started(p.pid) >= before + 0.5 * second.seconds for p in fresh)
     assert first.correct and second.correct, (first.reasons, second.reasons)

@@ -29,7 +29,7 @@ def test_runtime_pooled_over_candidate_processes(scale_add_task: Path, workspace
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     with Judge(TIMED.model_copy(update={"keep_warm": True})) as judge:
         result = judge.judge(task, candidate)
-        assert len(judge._spares) == 3  # the reference's and two candidates'
+        assert [len(s) for s in judge._spares] == [3]  # the reference's and two candidates'
     assert result.correct, result.reasons
     assert result.timing.ci_low_ms <= result.timing.median_ms <= result.timing.ci_high_ms
     assert result.timing.processes == 2, result.flags

@@ -156,6 +156,7 @@ class Toolbox:
         from cuda_agent.build import Builder
 
         info = self.workspace()
+        self._start_judge(wait=False)  # a build comes before a verify: the judge starts now
         build = self.judge_config(timed=False).build.model_copy(update={"device": info.device})
         result = Builder(build).build(self.root, publish=True)
         return ToolResult(result.ok, build_summary(result), to_dict(result))
@@ -190,9 +191,9 @@ class Toolbox:
         return ToolResult(result.reward >= 1, judge_summary(result), to_dict(result))
 
     def _start_judge(self, wait: bool = False) -> None:
-        """The episode's warm judge, started in the background at the first verify or profile
-        call or shell command that may reach it: its workers start up while the agent works
-        (docs/warm-judge.md)."""
+        """The episode's warm judge, started in the background at the first build, verify or
+        profile call or shell command that may reach it: its workers start up (and on CUDA
+        the profile's baselines are measured) while the agent works (docs/warm-judge.md)."""
         if self._warm is not None:
             self._warm.ensure(wait)
             return

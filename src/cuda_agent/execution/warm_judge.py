@@ -30,7 +30,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -48,6 +48,11 @@ class WarmJudgeConfig(BaseModel):
         "server started from a shell has no owner.")
     start_timeout_s: float = Field(180.0, gt=0, description="Seconds a new server may take "
                                    "to import torch and start listening.")
+    measure_ahead: Literal["auto", "on", "off"] = Field(
+        "auto", description="Measure the profile call's baselines as soon as the server "
+        "starts, beside the episode's other calls (they share the GPU's turn, so the "
+        "baselines' timed phases still hold it alone), so its first profile call finds them. "
+        "'auto': on CUDA; on the CPU a build beside them would slow their timed calls.")
 
 
 class WarmJudgeError(RuntimeError):
@@ -93,7 +98,9 @@ def episode_configs(device: str, overrides: dict[str, Any] | None = None) -> dic
     from cuda_agent.judge import JudgeConfig
     from cuda_agent.judge.config import in_episode
 
-    base = {**(overrides or {}), "device": device, "keep_warm": True}
+    # two sets of workers on a GPU: a profile right after a verify finds one started
+    base = {"warm_sets": 2 if device.startswith("cuda") else 1, **(overrides or {}),
+            "device": device, "keep_warm": True}
     return {op: in_episode(JudgeConfig.model_validate({**base, "time": op == "profile"}))
             for op in ("verify", "profile")}
 
@@ -241,6 +248,18 @@ class WarmJudge:
             held.close()
             self._starting.release()
 
+    def _ahead(self, configs: dict[str, Any]) -> bool:
+        from cuda_agent.judge import JudgeConfig
+        from cuda_agent.judge.judge import JudgeError, resolve_device
+
+        if self.config.measure_ahead != "auto":
+            return self.config.measure_ahead == "on"
+        try:
+            device = resolve_device(JudgeConfig.model_validate(configs["profile"]).device)
+        except JudgeError:
+            return False  # the judge's own calls say why it cannot judge there
+        return device.startswith("cuda")
+
     def _lock_file(self, mode: str) -> Any:
         return open(_beside(self.socket, ".lock"), mode)
 
@@ -254,7 +273,8 @@ class WarmJudge:
                 "task": self.task.model_dump(mode="json") if self.task is not None else None,
                 "log": str(_beside(self.socket, ".log")),
                 "configs": {op: JudgeConfig.model_validate(c).model_dump(mode="json")
-                            for op, c in configs.items()}}
+                            for op, c in configs.items()},
+                "ahead": self._ahead(configs), "turn": str(_beside(self.socket, ".turn"))}
         with open(_beside(self.socket, ".log"), "wb") as log:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "cuda_agent.execution.warm_judge_server"],

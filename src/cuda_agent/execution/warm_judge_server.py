@@ -60,8 +60,20 @@ class Server:
         self.token = str(spec["token"]).encode()
         self.socket = Path(spec["socket"])
         self.inode: int | None = None
-        self.judges = {op: Judge(JudgeConfig.model_validate(spec["configs"][op]))
-                       for op in OPS}
+        configs = {op: JudgeConfig.model_validate(spec["configs"][op]) for op in OPS}
+        self.ahead: Judge | None = None
+        """The judge measuring the profile call's baselines in the background (``spec``'s
+        ``ahead``); None when none does."""
+        if spec.get("ahead") and configs["profile"].time:
+            # the background measurement and the calls share a turn (judge.gpu_turn), so
+            # its timed phases hold the GPU alone while a verify runs beside its compiles
+            turn = next((c.gpu_lock for c in configs.values() if c.gpu_lock), spec["turn"])
+            configs = {op: c.model_copy(update={"gpu_lock": c.gpu_lock or turn})
+                       for op, c in configs.items()}
+            self.ahead = Judge(configs["profile"])
+        self.judges = {op: Judge(configs[op]) for op in OPS}
+        self._measured = threading.Event()
+        self.ahead_error: str | None = None
         self._lock = threading.Lock()
         self._count = threading.Lock()
         self._last = time.monotonic()
@@ -72,8 +84,30 @@ class Server:
         self.judged = 0
 
     def warm(self) -> None:
-        """Start the first call's workers now: they start up while the client waits."""
+        """Start the first call's workers now: they start up while the client waits; and
+        the profile call's baselines, measured in the background where ``ahead`` is on."""
         self.judges["verify"].warm(timeout_s=0.0)
+        if self.ahead is None:
+            self._measured.set()
+        else:
+            threading.Thread(target=self._measure_ahead, daemon=True,
+                             name="baselines-ahead").start()
+
+    def _measure_ahead(self) -> None:
+        """The profile judge's baselines, so that the episode's first profile call finds
+        them; one that fails is measured (and its failure reported) by that call itself."""
+        from cuda_agent.judge.measure import measure_ahead
+
+        assert self.ahead is not None
+        try:
+            measure_ahead(self.ahead, self.task)
+            self.judges["profile"]._baselines.update(self.ahead._baselines)
+        except Exception as exc:
+            self.ahead_error = f"{type(exc).__name__}: {exc}"
+            print(f"baselines measured ahead failed: {self.ahead_error}", flush=True)
+        finally:
+            self.ahead.close()
+            self._measured.set()
 
     def serve(self, listener: socket.socket) -> None:
         owner = _pidfd(self.owner)
@@ -141,7 +175,13 @@ class Server:
                ) -> dict[str, Any]:
         op = request.get("op")
         if op == "ping":
-            return {"ok": True, "pid": os.getpid(), "judged": self.judged}
+            ahead = ("off" if self.ahead is None else "error" if self.ahead_error
+                     else "done" if self._measured.is_set() else "measuring")
+            measured = self.ahead._baselines if self.ahead is not None else {}
+            eager = next(iter(measured.values()), None)
+            return {"ok": True, "pid": os.getpid(), "judged": self.judged,
+                    "baselines_ahead": ahead,
+                    "eager_ms": eager.eager.median_ms if eager and eager.eager else None}
         if op == "stop":
             if not owner:
                 return {"ok": False, "error": "stop: only the episode that started this "
@@ -165,6 +205,10 @@ class Server:
         with self._count:
             self._busy += 1
         try:
+            if op == "profile":  # it waits for the baselines measured for it ahead
+                while not self._measured.wait(1.0):
+                    if _hung_up(conn) or self._stop.is_set():
+                        return {"ok": False, "error": "the client hung up"}
             with self._lock:
                 if _hung_up(conn):  # asked and gone: no one waits for this verdict
                     return {"ok": False, "error": "the client hung up"}

@@ -127,6 +127,11 @@ class JudgeConfig(BaseModel):
         "judgement takes its own, so they start up while it runs and repeated judgements skip "
         "interpreter start-up (call Judge.close() when done). On the CPU they start when a "
         "judgement ends: their start-up would compete with its build and timed calls.")
+    warm_sets: int = Field(
+        1, ge=1, le=4, description="With keep_warm, the sets of worker processes (a "
+        "reference and the candidate's) kept started. Two let a call made right after "
+        "another (an agent's profile after its verify) find a set that finished starting "
+        "while the first ran; each costs its processes' memory (on CUDA their contexts).")
     confine: Literal["auto", "on", "off"] = Field(
         "auto", description="Confine the candidate's process in namespaces of its own "
         "(read-only file system, private /tmp, no network, own pid namespace). 'auto': where "

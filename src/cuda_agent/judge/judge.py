@@ -77,12 +77,13 @@ class Judge:
             self._confinement = confine.confinement(self.config.confine)
         except confine.ConfinementUnavailable as exc:
             raise JudgeError(str(exc)) from None
-        self._spares: list[Worker] = []
+        self._spares: list[list[Worker]] = []
+        """Started worker sets (``_set``), oldest first: the next judgement takes the first."""
         self._baselines: dict[str, Any] = {}
         """Baselines this judge measured and may not store (``store_baselines`` off)."""
         self._turn = GpuTurn(self.config.gpu_lock)
         leftovers.sweep((JUDGE_DIR, WORKER_DIR))  # left by judges killed outright
-        self._finalizer = weakref.finalize(self, close_all, self._spares)
+        self._finalizer = weakref.finalize(self, _close_sets, self._spares)
 
     def __enter__(self) -> Judge:
         return self
@@ -92,24 +93,28 @@ class Judge:
 
     def close(self) -> None:
         """Stop the spare workers."""
-        close_all(self._spares)
+        _close_sets(self._spares)
         self._turn.close()
 
     def warm(self, timeout_s: float = 60.0) -> bool:
-        """Start spare workers if there are none; wait until they wait for a job."""
-        if not self._spares:
-            self._spares.extend(self._set())
+        """Start spare worker sets up to ``warm_sets`` (one at least); wait until they wait
+        for a job."""
+        self._refill(max(1, self.config.warm_sets if self.config.keep_warm else 1))
         deadline = time.monotonic() + timeout_s
-        return all(w.wait_idle(max(0.0, deadline - time.monotonic())) for w in self._spares)
+        return all(w.wait_idle(max(0.0, deadline - time.monotonic()))
+                   for workers in self._spares for w in workers)
 
     def take_spares(self, other: Judge) -> None:
-        """Take ``other``'s spare workers when this judge has none and they are the set this
-        judge would start (a verify and a profile call of an episode share one set)."""
-        if other is self or self._spares or not other._spares:
+        """Take ``other``'s spare sets when they are the sets this judge would start (a
+        verify and a profile call of an episode share them), up to ``warm_sets``."""
+        if other is self or not other._spares or other._shape() != self._shape():
             return
-        if other._shape() == self._shape():
-            self._spares.extend(other._spares)
-            other._spares.clear()
+        while other._spares and len(self._spares) < max(1, self.config.warm_sets):
+            self._spares.append(other._spares.pop(0))
+
+    def _refill(self, count: int) -> None:
+        while len(self._spares) < count:
+            self._spares.append(self._set())
 
     def _shape(self) -> tuple:
         cfg = self.config
@@ -138,8 +143,8 @@ class Judge:
                 if not parts[-1][1].compiled:
                     break  # a failed build fails at every shape
             result = combine(parts, len(variants))
-        if self.config.keep_warm and not self._spares:
-            self._spares.extend(self._set())
+        if self.config.keep_warm:
+            self._refill(self.config.warm_sets)
         return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
     def _judge_once(self, task: Task, candidate: Candidate, seed: int, profile: bool
@@ -267,16 +272,14 @@ class Judge:
 
     def _take_workers(self, verdict: Verdict) -> list[Worker]:
         with verdict.phase("workers"):
-            if len(self._spares) == 1 + self._candidates():
-                workers = self._spares[:]
-            else:
-                close_all(self._spares)
+            workers = self._spares.pop(0) if self._spares else []
+            if len(workers) != 1 + self._candidates():
+                close_all(workers)
                 workers = self._set()
-            self._spares.clear()
             if self.config.keep_warm and self.device != "cpu":
-                # the next set starts up while this judgement runs; on the CPU, where it
+                # the next sets start up while this judgement runs; on the CPU, where they
                 # would compete with the build and the timed calls, when it ends (judge())
-                self._spares.extend(self._set())
+                self._refill(self.config.warm_sets)
         verdict.isolation = confine.isolation(workers[1])
         return workers
 
@@ -309,6 +312,11 @@ class Judge:
     def _candidates(self) -> int:
         """Candidate processes a judgement uses: the extra ones only time."""
         return self.config.candidate_processes_for(self.device)
+
+
+def _close_sets(sets: list[list[Worker]]) -> None:
+    while sets:
+        close_all(sets.pop())
 
 
 __all__ = ["Judge", "JudgeError", "resolve_device"]

@@ -29,6 +29,7 @@ from cuda_agent.judge.judge import Judge
 from cuda_agent.judge.memory import reference_error, worker_limit
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.turn_phases import trusted_job
+from cuda_agent.tasks.shapes import shape_tasks
 from cuda_agent.tasks.task import Task
 
 
@@ -64,28 +65,63 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         if cached is not None:
             return MeasuredBaselines(cached, True, plan.baseline_key, judge.device,
                                      time.perf_counter() - start)
-        # judges sharing a GPU (config.gpu_lock) hold its turn shared through the first calls
-        # (torch.compile's compilation) and exclusive through the timing (judge.gpu_turn)
-        turn, worker = judge._turn, judge._worker()
-        with trusted_job(turn) as turns:
-            try:
-                driver = worker.drive(plan.baseline_driver(), turns=turns)
-                ref = worker.run(plan.job("reference", time=True, bandwidth=True,
-                                          tracer=judge._timer(),
-                                          shared_gpu=turn.path is not None),
-                                 config.process_timeout_s)
-            finally:
-                worker.close()
-        if not ref.ok:
-            raise JudgeError(reference_error(task.name, ref,
-                                             worker_limit(config, judge.device)))
-        try:
-            clock = judge_clock(driver.records)
-        except ClockError as exc:
-            raise JudgeError(f"reference's calls could not be timed: {exc}") from None
-        base = time_baselines(plan, ref, clock, judge._worker, judge._timer(), turn)
+        base = _measure(judge, plan, task)
     return MeasuredBaselines(base, False, plan.baseline_key, judge.device,
                              time.perf_counter() - start)
+
+
+def measure_ahead(judge: Judge, task: Task) -> int:
+    """Measure now the baselines ``judge``'s timed judgements of ``task`` will look for (at
+    each of its shapes), so that its first one finds them; kept where those look: the
+    shared cache where the judge stores baselines, else the judge's own. Returns how many it
+    measured. Judges sharing a GPU measure one at a time (``GpuTurn.first_to_measure``), so
+    a judgement of another judge that asks meanwhile waits for these and then finds them."""
+    cfg = judge.config
+    if not (cfg.time and cfg.cache_baselines):
+        return 0
+    measured = 0
+    variants = shape_tasks(task) or [("", task)]
+    for name, shaped in variants:
+        if cfg.shape is not None and name != cfg.shape:
+            continue
+        seed = cfg.seed if cfg.seed is not None else secrets.randbits(128)
+        with tempfile.TemporaryDirectory(prefix="cuda-agent-base-") as tmp:
+            plan = JudgePlan(cfg.model_copy(update={"check": False}), shaped, judge.device,
+                             seed, Path(tmp))
+            if judge._cached(plan) is not None:
+                continue
+            with judge._turn.first_to_measure():
+                if judge._cached(plan) is not None:
+                    continue
+                base = _measure(judge, plan, shaped)
+            if not cfg.store_baselines:
+                judge._baselines[plan.baseline_key] = base
+            measured += 1
+    return measured
+
+
+def _measure(judge: Judge, plan: JudgePlan, task: Task) -> Baselines:
+    """The reference timed in a fresh process, then the baselines from it (``time_baselines``).
+    Judges sharing a GPU (config.gpu_lock) hold its turn shared through the first calls
+    (torch.compile's compilation) and exclusive through the timing (judge.gpu_turn)."""
+    config = plan.cfg
+    turn, worker = judge._turn, judge._worker()
+    with trusted_job(turn) as turns:
+        try:
+            driver = worker.drive(plan.baseline_driver(), turns=turns)
+            ref = worker.run(plan.job("reference", time=True, bandwidth=True,
+                                      tracer=judge._timer(),
+                                      shared_gpu=turn.path is not None),
+                             config.process_timeout_s)
+        finally:
+            worker.close()
+    if not ref.ok:
+        raise JudgeError(reference_error(task.name, ref, worker_limit(config, judge.device)))
+    try:
+        clock = judge_clock(driver.records)
+    except ClockError as exc:
+        raise JudgeError(f"reference's calls could not be timed: {exc}") from None
+    return time_baselines(plan, ref, clock, judge._worker, judge._timer(), turn)
 
 
 def baseline_key(task: Task, config: JudgeConfig, device: str) -> str:
