@@ -8,5 +8,6 @@ else
   export PYTHONPATH=$PWD/src
 fi
 export PYTHONUNBUFFERED=1 CUDA_AGENT_HOME=/tmp/cuda-agent-home CUDA_AGENT_TEST_HOME=/tmp/cuda-agent-home
-echo "== $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo none)"
+# the machine's copy of the tree may carry an older .git: COMMIT, where given, is the tree's
+echo "== $(date -u +%FT%TZ) commit ${COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo none)}"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader

@@ -47,7 +47,8 @@ def episode(device: str, out: Path) -> dict:
     final = json.loads((out / "judge.json").read_text())
     print(f"optimize: {seconds:.1f} s, reward {final.get('reward')}")
     for t in tools:
-        print(f"   turn {t['turn']:>2} {t['name']:<10} {t['seconds']:7.2f} s  ok={t['ok']}")
+        print(f"   turn {t['turn']:>2} {t['name']:<10} {t['seconds']:7.2f} s  ok={t['ok']}"
+              + (f"  {t['phases']}" if t.get("phases") else ""))
     tools = [{**t, "seconds": round(t["seconds"], 3)} for t in tools]
     return {"wall_s": round(seconds, 2), "reward": final.get("reward"), "tools": tools,
             "final_s": round(final.get("seconds", 0.0), 2)}

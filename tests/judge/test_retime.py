@@ -172,7 +172,7 @@ def test_extra_processes_with_large_outputs_are_staged_in_turn(
     from cuda_agent.judge import retime
 
     monkeypatch.setattr(retime, "LAZY_PACK_BYTES", 0)  # these outputs count as large
-    three = TIMED.model_copy(update={"candidate_processes": 3})
+    three = TIMED.model_copy(update={"candidate_processes": 3, "settle_processes": False})
     task, candidate = load_task(scale_add_task), Candidate.from_ref(workspace)
     result = Judge(three).judge(task, candidate)
     assert result.correct, result.reasons
@@ -267,3 +267,47 @@ def test_a_time_the_judges_clock_did_not_see_is_no_time(meaning: str):
     from cuda_agent.judge.reward import milestone_reward
 
     assert milestone_reward(True, verdict.runtime_ms, 1.0, 1.0, 0.95) == 1
+
+
+def test_the_reward_settled_means_clear_of_every_milestone():
+    """``settled``: from two processes on, the pooled time clear of each baseline's threshold
+    by 3 x the processes' spread and 2% of it; one process, a time near a threshold or a
+    wide spread is not settled."""
+    from cuda_agent.judge.baselines import Baselines
+    from cuda_agent.judge.verify import settled
+    from cuda_agent.results import TimingStats
+
+    def stats(ms: float) -> TimingStats:
+        return TimingStats(ms, ms, ms, ms, 10, ms, ms, 0.0)
+
+    base = Baselines(stats(1.0), stats(0.5), None, "device")  # thresholds 0.95 and 0.475
+    assert settled(stats(0.2), [0.199, 0.201], base, 0.95)
+    assert settled(stats(0.7), [0.699, 0.701], base, 0.95)  # between the two milestones
+    assert not settled(stats(0.2), [0.2], base, 0.95)  # one process: no spread yet
+    assert not settled(stats(0.94), [0.939, 0.941], base, 0.95)  # within 2% of 0.95
+    assert not settled(stats(0.48), [0.479, 0.481], base, 0.95)  # within 2% of 0.475
+    assert not settled(stats(0.7), [0.62, 0.78], base, 0.95)  # 3 x 0.16 reaches 0.475
+    assert settled(stats(1.3), [1.29, 1.31], Baselines(stats(1.0), None, None, "device"),
+                   0.95)  # slower than eager by far: reward 1 whatever more processes say
+    assert not settled(None, [0.2, 0.2], base, 0.95)  # no time the judge's clock holds
+
+
+def test_a_candidate_clear_of_every_milestone_is_timed_in_two_processes(
+        tmp_path: Path, scale_add_task: Path):
+    """A reference doing the candidate's work twenty times over: the candidate is clear of
+    both milestones after two processes, so a judge allowed four stops there; told not to
+    settle, it times all four."""
+    task_file = tmp_path / "slow_ref.py"
+    task_file.write_text(scale_add_task.read_text().replace(
+        "return self.alpha * x + y", "for _ in range(20):\n            out = self.alpha * x + y\n"
+        "        return out"))
+    assert "range(20)" in task_file.read_text()
+    task = load_task(task_file)
+    root = init_workspace(task, tmp_path / "ws", "cpu")
+    write_solution(root)
+    four = TIMED.model_copy(update={"candidate_processes": 4, "time_compile": False})
+    quick = Judge(four).judge(task, Candidate.from_ref(root))
+    full = Judge(four.model_copy(update={"settle_processes": False})).judge(
+        task, Candidate.from_ref(root))
+    assert quick.correct and full.correct, (quick.reasons, full.reasons)
+    assert quick.timing.processes == 2 and full.timing.processes == 4

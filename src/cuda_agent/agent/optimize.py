@@ -86,14 +86,27 @@ def copy_result(root: Path, result: Path) -> None:
 
 
 def tool_calls(trajectory: Path) -> list[dict[str, Any]]:
-    """Each tool call of the episode as its trajectory records it: turn, name, ok, seconds."""
+    """Each tool call of the episode as its trajectory records it: turn, name, ok, seconds,
+    and for a judgement (verify, profile) where its time went (``phases``, seconds)."""
     calls = []
     with open(trajectory) as lines:
         for line in lines:
             record = json.loads(line)
             if record.get("type") == "tool_result":
-                calls.append({k: record.get(k) for k in ("turn", "name", "ok", "seconds")})
+                call = {k: record.get(k) for k in ("turn", "name", "ok", "seconds")}
+                data = record.get("data")
+                phases = data.get("phases") if isinstance(data, dict) else None
+                if phases:
+                    call["phases"] = {str(k): v for k, v in phases}
+                calls.append(call)
     return calls
+
+
+def _most(phases: dict[str, float] | None, count: int = 4) -> str:
+    """A judgement's longest phases, longest first (the GPU turn's totals overlap them)."""
+    own = {k: v for k, v in (phases or {}).items() if not k.startswith("gpu_") and "." not in k}
+    top = sorted(own.items(), key=lambda kv: -kv[1])[:count]
+    return ", ".join(f"{k} {v:.2f}" for k, v in top)
 
 
 def _snapshot(root: Path) -> dict[str, str]:
@@ -126,10 +139,12 @@ def render_report(task: Task, device: str, episode: EpisodeResult, before: dict[
     for reason in final.get("reasons") or []:
         lines.append(f"- {reason}")
     if calls:
-        lines += ["", "## Tool calls", "", "| turn | tool | ok | seconds |", "|---|---|---|---|"]
+        lines += ["", "## Tool calls", "", "| turn | tool | ok | seconds | most of it (s) |",
+                  "|---|---|---|---|---|"]
         lines += [f"| {c['turn']} | {c['name']} | {'yes' if c['ok'] else 'no'} | "
-                  f"{c['seconds']:.2f} |" for c in calls]
-        lines.append(f"| | final judgement | | {final.get('seconds', 0.0):.2f} |")
+                  f"{c['seconds']:.2f} | {_most(c.get('phases'))} |" for c in calls]
+        lines.append(f"| | final judgement | | {final.get('seconds', 0.0):.2f} | "
+                     f"{_most(dict(final.get('phases') or []))} |")
     lines += ["", "## What changed", ""]
     for name in sorted(set(before) | set(after)):
         old, new = before.get(name, ""), after.get(name, "")

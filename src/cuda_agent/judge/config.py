@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v19"
+JUDGE_VERSION = "judge-v20"
 """Bump whenever correctness, timing or reward rules change; results record it. One line
 per version: docs/judge-versions.md."""
 
@@ -91,6 +91,14 @@ class JudgeConfig(BaseModel):
         "on CPU. The agent's own verify and profile calls take 1 unless told otherwise "
         "(in_episode): each extra process adds 0.4-0.6 s. Past 256 MiB of timed outputs "
         "the extra processes are staged one at a time.")
+    settle_processes: bool = Field(
+        True, description="Time the candidate in no more of its processes once more could "
+        "not change its reward: from two processes on, the next one is not started when the "
+        "pooled time (held to the judge's clock) lies further than 3 x the processes' "
+        "spread, and 2% of the threshold, from every milestone (faster_margin x eager and x "
+        "torch.compile). A candidate near a milestone gets all candidate_processes; one far "
+        "from them is timed in 2 (its runtime then carries two processes' offsets, "
+        "0.15-0.35% each on an H100). False: always candidate_processes.")
     split_timing: bool = Field(
         True, description="With n > 1 candidate processes, spend the candidate's timing "
         "across them: each stops once its median's interval is target_rel_ci x sqrt(n) "

@@ -44,7 +44,7 @@ from cuda_agent.judge.runner import WORKER_DIR, Worker, close_all
 from cuda_agent.judge.schedule import Ahead
 from cuda_agent.judge.shapes import combine
 from cuda_agent.judge.static_check import check_source
-from cuda_agent.judge.verify import check_kept, check_run, check_timing
+from cuda_agent.judge.verify import check_kept, check_run, check_timing, runs_settled
 from cuda_agent.results import JudgeResult
 from cuda_agent.tasks.shapes import input_shapes, shape_tasks
 from cuda_agent.tasks.task import Task, TaskError
@@ -208,7 +208,8 @@ class Judge:
         if cfg.time:
             if not check_run(verdict, first, base):
                 return verdict.finish(cfg.faster_margin)
-            again = time_again(verdict, staging, cand_workers[1:], staged[1:], job)
+            again = time_again(verdict, staging, cand_workers[1:], staged[1:], job,
+                               enough=lambda more: runs_settled([first, *more], base, cfg))
             if again is None:
                 return verdict.fail()
             runs += again

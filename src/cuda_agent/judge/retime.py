@@ -229,16 +229,21 @@ def _fixed_layer(fixed: Path) -> Callable[[str, int], bool]:
 
 
 def time_again(verdict: Verdict, staging: Staging, workers: list[Worker],
-               staged: list[dict[str, Any] | None], job: dict[str, Any]) -> list[Timed] | None:
+               staged: list[dict[str, Any] | None], job: dict[str, Any],
+               enough: Callable[[list[Timed]], bool] = lambda runs: False
+               ) -> list[Timed] | None:
     """Run ``job`` (the candidate's) in each extra worker, one after another (a file
-    candidate's with what the first process compiled); their timings, or None after adding
-    the reason a process failed."""
+    candidate's with what the first process compiled), until ``enough`` of the extra
+    timings so far says no more are needed; their timings, or None after adding the reason
+    a process failed."""
     plan, runs = staging.plan, []
     if plan.cfg.split_timing:  # the GPU is warm from the process before
         warmup = max(int(job["timing"]["warmup"]), EXTRA_WARMUP_CALLS)
         job = {**job, "timing": {**job["timing"], "warmup": warmup,
                                  "warmup_s": EXTRA_WARMUP_S}}  # as the judge ends it
     for k, (worker, fields) in enumerate(zip(workers, staged, strict=True), start=2):
+        if enough(runs):
+            break
         if fields is None:
             with verdict.phase(f"stage_candidate{k}"), staging.turn.hold(SHARED):
                 fields = staging.stage(worker)

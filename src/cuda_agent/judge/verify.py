@@ -116,6 +116,44 @@ def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
                 f"{base.bandwidth_gbs:.0f} GB/s)")
 
 
+SETTLE_FROM = 2
+"""Processes timed before the reward may be called settled: one has no spread to go by."""
+SETTLE_SPREADS = 3.0
+SETTLE_REL = 0.02
+"""The pooled time must lie further than SETTLE_SPREADS x the processes' spread, and
+SETTLE_REL x the threshold, from every milestone's threshold for the reward to be settled:
+over 3-5 judgements of one kernel on H100s the runtime moved by at most 0.68%."""
+
+
+def runs_settled(runs: list[Timed], base: Baselines, cfg: JudgeConfig) -> bool:
+    """Whether timing the candidate in more processes could no longer change its reward
+    (``JudgeConfig.settle_processes``): ``settled`` of the time ``check_timing`` would give
+    from ``runs``."""
+    if not cfg.settle_processes or len(runs) < SETTLE_FROM:
+        return False
+    meaning = runs[0].outcome.result.get("time_meaning", "wall")
+    stats = [run_stats(run) for run in runs]
+    measured, _ = bounded(stats, [run.clock for run in runs], meaning, cfg)
+    return settled(measured, [s.median_ms for s in stats], base, cfg.faster_margin)
+
+
+def settled(measured: TimingStats | None, medians: list[float], base: Baselines,
+            margin: float) -> bool:
+    """Whether the pooled time ``measured`` of processes with ``medians`` lies clear of
+    every milestone's threshold (``margin`` x each baseline measured)."""
+    if measured is None or len(medians) < SETTLE_FROM:
+        return False
+    spread = max(medians) - min(medians)
+    for baseline in (base.eager, base.compile):
+        if baseline is None:
+            continue
+        threshold = margin * baseline.median_ms
+        if abs(measured.median_ms - threshold) <= max(SETTLE_SPREADS * spread,
+                                                      SETTLE_REL * threshold):
+            return False
+    return True
+
+
 def run_stats(run: Timed) -> TimingStats:
     """One process's statistics, of the samples its process reported (held to the judge's
     clock afterwards, ``bounded``)."""
