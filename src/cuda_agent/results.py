@@ -88,6 +88,10 @@ class TimingStats:
     clock_ms: float | None = None
     """Device time: the judge's own clock's median time of the wall calls, which bounds it
     (``judge.verify.bounded``); None for wall time (the judge's clock already)."""
+    clock_ci_low_ms: float | None = None
+    clock_ci_high_ms: float | None = None
+    """The 95% interval of the judge's own clock's times of the calls (every process's
+    counted wall calls together); None where the judge's clock timed none."""
 
     @property
     def rel_ci(self) -> float:
