@@ -68,14 +68,21 @@ def _build_verify_profile_judge(root: Path, scale_add_task: Path) -> None:
     assert built.returncode == 0 and json.loads(built.stdout)["ok"]
     verified = cli("workspace", "verify", str(root))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "7 calls (trials=5 at scale 1" in verified.stdout
+    verified = cli("workspace", "verify", str(root), "--json", "--set", "trials=2")
+    checked = json.loads(verified.stdout)["correctness"]
+    assert (checked["trials"], checked["checked_calls"]) == (2, 4)  # 2 trials + 2 scaled
     profiled = cli("workspace", "profile", str(root), "--set", "time_compile=false",
                    "--set", "time_budget_s=0.3")
     assert profiled.returncode == 0, profiled.stdout + profiled.stderr
     assert "cuda_extension.scale_add" in profiled.stdout
     proc = cli("judge", str(scale_add_task), str(root), "--device", "cpu", "--json",
-               "--no-compile", "--set", "time_budget_s=0.5", "--set", "min_runs=3")
+               "--no-compile", "--set", "time_budget_s=0.5", "--set", "min_runs=3",
+               "--trials", "2")
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
+    checked = record["correctness"]
+    assert (checked["trials"], checked["checked_calls"]) == (2, 4)
     for key in ("task", "device", "compiled", "correct", "reward", "reasons", "runtime_ms",
                 "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile"):
         assert key in record

@@ -101,15 +101,20 @@ class TimingStats:
 
 @dataclasses.dataclass(frozen=True)
 class CorrectnessResult:
-    """Comparison of candidate outputs with the reference over all trials."""
+    """Comparison of candidate outputs with the reference over all checked calls."""
 
     correct: bool
     trials: int
+    """Correctness trials asked for (``JudgeConfig.trials``: checked calls at scale 1)."""
     max_abs_error: float | None
     max_rel_error: float | None
     atol: float
     rtol: float
     reasons: tuple[str, ...] = ()
+    checked_calls: int = 0
+    """Calls compared in all: the trials, the scaled calls (``JudgeConfig.scales``) and
+    those of extra timing processes; fewer trials where a slow task's check budget cut
+    them (the verdict's flags say so)."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,8 +34,9 @@ def check_kept(verdict: Verdict, reference: Reference, kept: list[Snapshot], key
     atol, rtol = _tolerances(precision, cfg)
     n = len(reference.wide)
     slack = slack_of(reference.eager, precision) + [reference.slack] * (len(kept) - n)
-    verdict.correctness = compare_trials(reference.outputs, [s.outputs for s in kept], atol,
-                                         rtol, norm_from=n, slack=slack)
+    compared = compare_trials(reference.outputs, [s.outputs for s in kept], atol, rtol,
+                              norm_from=n, slack=slack)
+    verdict.correctness = dataclasses.replace(compared, trials=cfg.trials)
     budget_problems: list[str] = []
     cand = [s.outputs for s in kept[:n]]
     if n and _same_shapes(reference.outputs[:n], cand):
