@@ -68,14 +68,21 @@ def _build_verify_profile_judge(root: Path, scale_add_task: Path) -> None:
     assert built.returncode == 0 and json.loads(built.stdout)["ok"]
     verified = cli("workspace", "verify", str(root))
     assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "7 calls (trials=5 at scale 1" in verified.stdout
+    verified = cli("workspace", "verify", str(root), "--json", "--set", "trials=2")
+    checked = json.loads(verified.stdout)["correctness"]
+    assert (checked["trials"], checked["checked_calls"]) == (2, 4)  # 2 trials + 2 scaled
     profiled = cli("workspace", "profile", str(root), "--set", "time_compile=false",
                    "--set", "time_budget_s=0.3")
     assert profiled.returncode == 0, profiled.stdout + profiled.stderr
     assert "cuda_extension.scale_add" in profiled.stdout
     proc = cli("judge", str(scale_add_task), str(root), "--device", "cpu", "--json",
-               "--no-compile", "--set", "time_budget_s=0.5", "--set", "min_runs=3")
+               "--no-compile", "--set", "time_budget_s=0.5", "--set", "min_runs=3",
+               "--trials", "2")
     assert proc.returncode == 0, proc.stderr
     record = json.loads(proc.stdout)
+    checked = record["correctness"]
+    assert (checked["trials"], checked["checked_calls"]) == (2, 4)
     for key in ("task", "device", "compiled", "correct", "reward", "reasons", "runtime_ms",
                 "eager_ms", "compile_ms", "speedup_vs_eager", "speedup_vs_compile"):
         assert key in record
@@ -199,3 +206,33 @@ def test_readme_says_how_to_reach_the_command_and_what_it_exits_with():
                              "passed"), (exits.REFUSED, "when the judge refused the candidate"),
                             (exits.BAD_INPUT, "for bad input")):
         assert f"**{status}** {meaning}" in readme
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (("judge", "--device", "nosuch", "a.py", "b.py"),
+     "Invalid value for '--device': 'nosuch' is not one of auto, cpu, cuda"),
+    (("judge", "--nosuch", "a.py", "b.py"), "No such option: --nosuch"),
+    (("judge", "a.py"), "Missing argument 'candidate'."),
+    (("judge", "--trials", "two", "a.py", "b.py"), "Invalid value for '--trials'"),
+    (("nosuch",), "No such command 'nosuch'."),
+    (("workspace", "init", "builtin:gelu_bias_scale", "ws", "--device", "gpu"),
+     "'gpu' is not one of cuda, cpu"),
+    (("workspace", "verify", "--nosuch"), "No such option: --nosuch"),
+    (("tasks", "list"), "Missing argument 'source'."),
+    (("synth", "check", "--device", "tpu", "t.py"), "'tpu' is not one of cpu, cuda"),
+    (("optimize", "t.py", "--device", "gpu"), "'gpu' is not one of auto, cpu, cuda"),
+    (("trajectories", "show"), "Missing argument 'path'."),
+])
+def test_usage_errors_are_one_line(args: tuple[str, ...], said: str, tmp_path: Path):
+    """An unknown option or command, a missing argument, a value an option does not take:
+    one line on standard error naming it and the command's --help, exit status 2."""
+    src = Path(__file__).resolve().parents[1] / "src"  # this checkout's, from any folder
+    proc = subprocess.run([sys.executable, "-m", "cuda_agent", *args], capture_output=True,
+                          text=True, timeout=600, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(src)))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    line = proc.stderr.strip()
+    assert line.startswith("error: ") and said in line, line
+    assert line.endswith("--help')") and "cuda-agent" in line, line
+    assert not (tmp_path / "ws").exists()

@@ -88,6 +88,10 @@ class TimingStats:
     clock_ms: float | None = None
     """Device time: the judge's own clock's median time of the wall calls, which bounds it
     (``judge.verify.bounded``); None for wall time (the judge's clock already)."""
+    clock_ci_low_ms: float | None = None
+    clock_ci_high_ms: float | None = None
+    """The 95% interval of the judge's own clock's times of the calls (every process's
+    counted wall calls together); None where the judge's clock timed none."""
 
     @property
     def rel_ci(self) -> float:
@@ -97,15 +101,20 @@ class TimingStats:
 
 @dataclasses.dataclass(frozen=True)
 class CorrectnessResult:
-    """Comparison of candidate outputs with the reference over all trials."""
+    """Comparison of candidate outputs with the reference over all checked calls."""
 
     correct: bool
     trials: int
+    """Correctness trials asked for (``JudgeConfig.trials``: checked calls at scale 1)."""
     max_abs_error: float | None
     max_rel_error: float | None
     atol: float
     rtol: float
     reasons: tuple[str, ...] = ()
+    checked_calls: int = 0
+    """Calls compared in all: the trials, the scaled calls (``JudgeConfig.scales``) and
+    those of extra timing processes; fewer trials where a slow task's check budget cut
+    them (the verdict's flags say so)."""
 
 
 @dataclasses.dataclass(frozen=True)

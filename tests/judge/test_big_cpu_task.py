@@ -35,5 +35,5 @@ def test_the_honest_solution_passes_with_fewer_checked_calls(tmp_path: Path):
     config = in_episode(JudgeConfig(device="cpu", time=False, check_budget_s=0.5))
     result = Judge(config).judge(task, Candidate.from_ref(root))
     assert result.correct, result.reasons
-    assert result.correctness.trials == 2
+    assert (result.correctness.trials, result.correctness.checked_calls) == (5, 2)
     assert any("check_budget_s" in flag for flag in result.flags), result.flags

@@ -134,7 +134,7 @@ class WorkspaceTools:
         # the settings' trials (at scale 1) apart from every call compared, scaled ones too
         data.update(trials=config.trials, scales=list(config.scales), checked_calls=None)
         if result.correctness is not None:
-            data.update(checked_calls=result.correctness.trials,
+            data.update(checked_calls=result.correctness.checked_calls,
                         max_abs_error=result.correctness.max_abs_error,
                         max_rel_error=result.correctness.max_rel_error)
         data["flags"] = list(result.flags)

@@ -10,6 +10,7 @@ import typer
 
 from cuda_agent.cli import overrides
 from cuda_agent.cli.exits import bad_input
+from cuda_agent.cli.usage import one_of
 
 
 @contextlib.contextmanager
@@ -64,7 +65,8 @@ def agent_config(device: str, max_turns: int, max_tokens: int, sets: list[str],
 # the options both commands take, declared once
 MODEL_HELP = ("Policy: openai:NAME (with --base-url), hf:PATH, replay:FILE, or replay:builtin "
               "(the shipped replay of the built-in example).")
-DEVICE = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present).")
+DEVICE = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present).",
+                      callback=one_of("auto", "cpu", "cuda"))
 BASE_URL = typer.Option(None, help="OpenAI-compatible server, e.g. http://localhost:8000/v1.")
 API_KEY = typer.Option(None, envvar="CUDA_AGENT_API_KEY",
                        help="Key for the server (or env CUDA_AGENT_API_KEY).")

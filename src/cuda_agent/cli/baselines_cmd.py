@@ -10,6 +10,7 @@ import typer
 from cuda_agent.cli import exits, overrides
 from cuda_agent.cli.exits import bad_input
 from cuda_agent.cli.render import console
+from cuda_agent.cli.usage import one_of
 
 
 def _ints(text: str | None) -> tuple[int, ...]:
@@ -27,7 +28,8 @@ def baselines(
     tasks: str = typer.Argument(..., help="Task set: KernelBench JSONL or checkout, a folder, "
                                 "a parquet/datasets folder, or builtin:NAME."),
     out: Path = typer.Option(..., "--out", help="Output folder; rerunning resumes it."),
-    device: str = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present)."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present).",
+                                callback=one_of("auto", "cpu", "cuda")),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline "
                                     "(cached under another key than with it)."),
     levels: str | None = typer.Option(None, help="Comma-separated levels, e.g. 1,2 (default all)."),

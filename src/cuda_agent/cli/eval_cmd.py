@@ -16,6 +16,7 @@ from typer.core import TyperGroup
 from cuda_agent.cli import overrides
 from cuda_agent.cli.exits import bad_input
 from cuda_agent.cli.render import console
+from cuda_agent.cli.usage import one_of
 
 
 class _RunByDefault(TyperGroup):
@@ -41,7 +42,8 @@ def run(
     answers: Path = typer.Argument(..., help="Folder with one answer per task: NAME/ "
                                    "(model_new.py + kernels/) or NAME.py; also 1_19/ or 1_19.py."),
     out: Path = typer.Option(..., "--out", help="Output folder; rerunning resumes it."),
-    device: str = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present)."),
+    device: str = typer.Option("auto", help="cpu, cuda, or auto (CUDA when a GPU is present).",
+                                callback=one_of("auto", "cpu", "cuda")),
     gpus: str | None = typer.Option(None, help="GPU indices, e.g. '0,1' (default: all)."),
     cpu_workers: int = typer.Option(1, help="Judge workers when judging on the CPU."),
     trials: int | None = typer.Option(None, help="Correctness trials (default 5)."),

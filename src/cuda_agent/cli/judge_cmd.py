@@ -17,6 +17,7 @@ from cuda_agent.cli.render import (
     print_json,
     print_judge,
 )
+from cuda_agent.cli.usage import one_of
 from cuda_agent.tasks import Precision, TaskError, load_task
 
 DEVICE_HELP = "cpu, cuda, or auto (CUDA when a GPU is present)."
@@ -41,7 +42,7 @@ def judge(
     candidate: str = typer.Argument(
         ..., help="A workspace folder (model_new.py + kernels/), a .py file defining ModelNew, "
         "or builtin:NAME (a shipped solution)."),
-    device: str = typer.Option("auto", help=DEVICE_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP, callback=one_of("auto", "cpu", "cuda")),
     precision: Precision | None = typer.Option(None, help="Override the declared precision."),
     trials: int | None = typer.Option(None, help="Correctness trials (default 5)."),
     no_compile: bool = typer.Option(False, "--no-compile", help="Skip the torch.compile baseline."),
@@ -81,7 +82,7 @@ def judge(
 
 
 def demo(
-    device: str = typer.Option("auto", help=DEVICE_HELP),
+    device: str = typer.Option("auto", help=DEVICE_HELP, callback=one_of("auto", "cpu", "cuda")),
     directory: Path | None = typer.Option(None, "--dir", help="Keep the workspace here."),
     example: str = typer.Option("gelu_bias_scale", help="Built-in example task."),
 ) -> None:

@@ -18,6 +18,7 @@ from cuda_agent.cli import (
     tasks_cmd,
     train_cmd,
     trajectories_cmd,
+    usage,
     workspace_cmd,
 )
 
@@ -46,7 +47,7 @@ app.command("baselines")(baselines_cmd.baselines)
 
 
 def main() -> None:
-    app()
+    usage.run(app)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,10 @@ def print_judge(result: JudgeResult) -> None:
     table.add_row("eager", f"{_ms(result.eager_ms)}  (speed-up {_x(result.speedup_vs_eager)})")
     table.add_row("torch.compile",
                   f"{_ms(result.compile_ms)}  (speed-up {_x(result.speedup_vs_compile)})")
+    if result.correctness and result.correctness.checked_calls:
+        table.add_row("checked", f"{result.correctness.checked_calls} calls "
+                      f"(trials={result.correctness.trials} at scale 1, the rest at other "
+                      "input scales or from other timing processes)")
     if result.correctness and result.correctness.max_abs_error is not None:
         table.add_row("max abs / rel-norm error", f"{result.correctness.max_abs_error:.3g} / "
                       f"{result.correctness.max_rel_error:.3g}")

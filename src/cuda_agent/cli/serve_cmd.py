@@ -13,6 +13,7 @@ import typer
 
 from cuda_agent.cli import overrides
 from cuda_agent.cli.exits import bad_input
+from cuda_agent.cli.usage import one_of
 
 
 def serve(
@@ -22,7 +23,8 @@ def serve(
         [], "--key", help="Accepted API key (repeat for more; $CUDA_AGENT_API_KEYS adds more)."),
     root: Path | None = typer.Option(None, help="Folder for the episode workspaces."),
     workers: int = typer.Option(1, help="Judge workers on the CPU (on CUDA: one per GPU)."),
-    device: str = typer.Option("auto", help="auto, cpu or cuda: where episodes run."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda: where episodes run.",
+                                callback=one_of("auto", "cpu", "cuda")),
     max_episodes: int = typer.Option(64, help="Episodes open at once."),
     allow_no_auth: bool = typer.Option(False, help="Serve without a key (private network only)."),
     sets: list[str] = typer.Option([], "--set", help="Config override KEY=VALUE, e.g. "

@@ -11,13 +11,15 @@ from rich.table import Table
 from cuda_agent.cli import overrides
 from cuda_agent.cli.exits import REFUSED, bad_input
 from cuda_agent.cli.render import console, errors, print_json
+from cuda_agent.cli.usage import one_of
 from cuda_agent.synth.config import FilterConfig, SynthConfig
 
 app = typer.Typer(help="Stage 0 - task synthesis: crawl seed operators, compose tasks, "
                        "filter them, write a CUDA-Agent-Ops data set.",
                   invoke_without_command=True)
 
-DEVICE = typer.Option("cpu", help="Where tasks run and are timed: cpu or cuda.")
+DEVICE = typer.Option("cpu", help="Where tasks run and are timed: cpu or cuda.",
+                      callback=one_of("cpu", "cuda"))
 SET = typer.Option([], "--set", help="Override any config field: KEY=VALUE (e.g. "
                    "filters.max_ms_cpu=50).")
 

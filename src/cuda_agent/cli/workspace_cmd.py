@@ -16,6 +16,7 @@ from cuda_agent.cli.render import (
     print_json,
     print_judge,
 )
+from cuda_agent.cli.usage import one_of
 from cuda_agent.execution.warm_judge import ENV
 from cuda_agent.tasks import TaskError, load_task
 
@@ -27,7 +28,8 @@ app = typer.Typer(help="Stage 2 - workspace: create the agent's workspace; build
 def init(
     task: str = typer.Argument(..., help="Task reference: PATH[::SELECTOR] or builtin:NAME."),
     directory: Path = typer.Argument(..., help="Folder to create."),
-    device: str = typer.Option("cuda", help="cuda (kernels/*.cu) or cpu (kernels/*.cpp)."),
+    device: str = typer.Option("cuda", help="cuda (kernels/*.cu) or cpu (kernels/*.cpp).",
+                                callback=one_of("cuda", "cpu")),
     arch: str = typer.Option("", help="CUDA target named in SKILL.md, e.g. 90a."),
     force: bool = typer.Option(False, help="Replace a non-empty folder."),
 ) -> None:

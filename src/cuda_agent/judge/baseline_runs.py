@@ -18,6 +18,7 @@ from cuda_agent.judge.gpu_turn import GpuTurn
 from cuda_agent.judge.plan import JudgeError, JudgePlan
 from cuda_agent.judge.retime import Timed
 from cuda_agent.judge.runner import Worker, WorkerOutcome, close_all
+from cuda_agent.judge.trust import problems
 from cuda_agent.judge.turn_phases import trusted_job
 from cuda_agent.judge.verify import bounded, run_stats
 from cuda_agent.results import TimingStats
@@ -67,7 +68,7 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
     base = baseline_cache.Baselines(_stats(runs["eager"], meaning, cfg),
                                     _stats(runs["compile"], meaning, cfg),
                                     ref.result.get("bandwidth_gbs"), meaning)
-    if cfg.time and cfg.cache_baselines and cfg.store_baselines and timed:
+    if cfg.time and cfg.cache_baselines and cfg.store_baselines and timed and _steady(base, cfg):
         baseline_cache.store(plan.baseline_key, base)
     return base
 
@@ -88,3 +89,11 @@ def _stats(runs: list[Timed], meaning: str, cfg: Any) -> TimingStats | None:
         return None
     return bounded([run_stats(run) for run in runs], [run.clock for run in runs], meaning,
                    cfg)[0]
+
+
+def _steady(base: baseline_cache.Baselines, cfg: Any) -> bool:
+    """Whether every measured baseline is steady enough to compare against (``trust``): an
+    unsteady one is used by this judgement only, and the next measures it again."""
+    return not any(problems(name, stats, base.meaning, cfg)
+                   for name, stats in (("eager", base.eager), ("torch.compile", base.compile))
+                   if stats is not None)

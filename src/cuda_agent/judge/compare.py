@@ -58,7 +58,7 @@ def compare_trials(reference: list[list[torch.Tensor]], candidate: list[list[obj
         if reasons:
             break
     return CorrectnessResult(not reasons, len(reference), max_abs, max_rel, used[0], used[1],
-                             tuple(reasons))
+                             tuple(reasons), checked_calls=len(reference))
 
 
 def _chunks(*tensors: torch.Tensor):

@@ -130,6 +130,16 @@ class JudgeConfig(BaseModel):
         "(the CPU) (ms). The stand-in calls already take the messages' cost out of the "
         "judge's time, and no device lies between, so only timer jitter is left: a slack as "
         "wide as clock_slack_ms would let a ms-scale CPU call report a fraction of its time.")
+    trusted_rel_ci: float = Field(
+        0.1, gt=0, description="A reward above 1 needs a speed-up noise cannot explain "
+        "(judge.trust): the candidate's and the baseline's 95% intervals each within this "
+        "fraction of their medians (half-width), on the CPU the judge's clock's interval "
+        "too (plus clock_slack_wall_ms), and the speed-up's interval wholly above 1. "
+        "Otherwise the verdict is correct, the speed-up not counted, and a 'timing "
+        "unreliable' reason names the widths and the load. A baseline past it is not "
+        "cached. A quiet machine's intervals are a few percent at most (a run at "
+        "floor_runs spans its calls' whole range); a loaded one's reach several times the "
+        "median.")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "

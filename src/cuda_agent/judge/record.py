@@ -33,6 +33,9 @@ class Verdict:
         self.profile = ""
         self.isolation = ""
         self.phases: dict[str, float] = {}
+        self.doubts: dict[str, str | None] = {}
+        """Per baseline ('eager', 'torch.compile'): why a speed-up over it cannot be told
+        from noise (``trust.doubt``), None where it can."""
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -62,8 +65,8 @@ class Verdict:
         return self.finish(0.95)
 
     def finish(self, margin: float) -> JudgeResult:
-        reward = milestone_reward(self.correct, self.runtime_ms, self.eager_ms, self.compile_ms,
-                                  margin)
+        reward = self._trusted(milestone_reward(self.correct, self.runtime_ms, self.eager_ms,
+                                                self.compile_ms, margin))
         if self.correct and self.compile_ms is None and self.runtime_ms is not None:
             self.reasons.append("torch.compile baseline not measured: reward capped at 2")
         return JudgeResult(
@@ -78,6 +81,18 @@ class Verdict:
             eager_timing=self.eager_timing, compile_timing=self.compile_timing,
             time_meaning=self.time_meaning, isolation=self.isolation,
             phases=tuple((k, round(v, 4)) for k, v in self.phases.items()))
+
+
+    def _trusted(self, reward: int) -> int:
+        """``reward`` with a milestone whose speed-up noise could explain taken away, and
+        the reason why (``trust.doubt``)."""
+        if reward >= 2 and self.doubts.get("eager"):
+            self.reasons.append(self.doubts["eager"])
+            return 1
+        if reward == 3 and self.doubts.get("torch.compile"):
+            self.reasons.append(self.doubts["torch.compile"])
+            return 2
+        return reward
 
 
 def _ratio(base: float | None, value: float | None) -> float | None:

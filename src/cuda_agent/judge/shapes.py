@@ -38,11 +38,12 @@ def _correctness(results: Sequence[JudgeResult]) -> CorrectnessResult | None:
     rel_errors = [c.max_rel_error for c in found if c.max_rel_error is not None]
     return CorrectnessResult(
         correct=all(c.correct for c in found) and len(found) == len(results),
-        trials=sum(c.trials for c in found),
+        trials=found[0].trials,
         max_abs_error=max(abs_errors) if abs_errors else None,
         max_rel_error=max(rel_errors) if rel_errors else None,
         atol=found[0].atol, rtol=found[0].rtol,
-        reasons=tuple(dict.fromkeys(r for c in found for r in c.reasons)))
+        reasons=tuple(dict.fromkeys(r for c in found for r in c.reasons)),
+        checked_calls=sum(c.checked_calls for c in found))
 
 
 def combine(parts: Sequence[tuple[str, JudgeResult]], declared: int) -> JudgeResult:

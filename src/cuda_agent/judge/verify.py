@@ -17,7 +17,8 @@ from cuda_agent.judge.driver import Snapshot
 from cuda_agent.judge.plan import Reference
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Timed
-from cuda_agent.judge.timing import TIME_MEANINGS, clean_samples, pooled, worker_stats
+from cuda_agent.judge.timing import TIME_MEANINGS, clean_samples, median_ci, pooled, worker_stats
+from cuda_agent.judge.trust import doubt
 from cuda_agent.results import TimingStats
 from cuda_agent.tasks.tolerance import declared
 
@@ -33,8 +34,9 @@ def check_kept(verdict: Verdict, reference: Reference, kept: list[Snapshot], key
     atol, rtol = _tolerances(precision, cfg)
     n = len(reference.wide)
     slack = slack_of(reference.eager, precision) + [reference.slack] * (len(kept) - n)
-    verdict.correctness = compare_trials(reference.outputs, [s.outputs for s in kept], atol,
-                                         rtol, norm_from=n, slack=slack)
+    compared = compare_trials(reference.outputs, [s.outputs for s in kept], atol, rtol,
+                              norm_from=n, slack=slack)
+    verdict.correctness = dataclasses.replace(compared, trials=cfg.trials)
     budget_problems: list[str] = []
     cand = [s.outputs for s in kept[:n]]
     if n and _same_shapes(reference.outputs[:n], cand):
@@ -96,7 +98,8 @@ def check_run(verdict: Verdict, run: Timed, base: Baselines) -> bool:
 def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
                  io_bytes: int | None, cfg: JudgeConfig) -> None:
     """The candidate's time, pooled over its processes (``timing.pooled``) and bounded by
-    the judge's clock (``bounded``), then the memory floor."""
+    the judge's clock (``bounded``); whether its speed-up over each baseline can be told
+    from noise (``trust.doubt``); then the memory floor."""
     meaning = runs[0].outcome.result.get("time_meaning", "wall")
     measured, flag = bounded([run_stats(run) for run in runs],
                              [run.clock for run in runs], meaning, cfg)
@@ -107,6 +110,9 @@ def check_timing(verdict: Verdict, runs: list[Timed], base: Baselines,
     verdict.eager_timing, verdict.compile_timing = base.eager, base.compile
     verdict.eager_ms = base.eager.median_ms if base.eager else None
     verdict.compile_ms = base.compile.median_ms if base.compile else None
+    for name, baseline in (("eager", base.eager), ("torch.compile", base.compile)):
+        if measured is not None and baseline is not None:
+            verdict.doubts[name] = doubt(measured, baseline, name, meaning, cfg)
     if io_bytes and base.bandwidth_gbs and verdict.runtime_ms is not None:
         floor_ms = io_bytes / (base.bandwidth_gbs * 1e9) * 1e3
         if verdict.runtime_ms < cfg.floor_margin * floor_ms:
@@ -176,7 +182,9 @@ def bounded(parts: list[TimingStats], clocks: list[JudgeClock], meaning: str,
     judged = statistics.median(medians)
     slack = cfg.clock_slack_wall_ms if meaning == "wall" else cfg.clock_slack_ms
     floor = judged / (1 + cfg.clock_margin) - slack
-    measured = dataclasses.replace(measured, clock_ms=judged)
+    low, high = median_ci([t for c in clocks for t in c.samples_ms])
+    measured = dataclasses.replace(measured, clock_ms=judged, clock_ci_low_ms=low,
+                                   clock_ci_high_ms=high)
     if measured.median_ms >= floor:
         return measured, None
     raised = dataclasses.replace(measured, median_ms=floor,
