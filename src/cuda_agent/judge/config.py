@@ -204,12 +204,14 @@ class JudgeConfig(BaseModel):
         return 0.002 if device.startswith("cuda") else 0.005
 
 
-IN_EPISODE = {"candidate_processes": 1, "store_baselines": False, "check_budget_s": 8.0,
-              "target_rel_ci": 0.01, "time_budget_s": 1.0}
+IN_EPISODE = {"candidate_processes": 1, "baseline_processes": 2, "store_baselines": False,
+              "check_budget_s": 8.0, "target_rel_ci": 0.01, "time_budget_s": 1.0}
 """What the agent's own verify and profile calls (its tools, the workspace's commands, the
 MCP server's and the service's) change in a judge's settings: the candidate timed in one
-process, to a 1% interval within a second of timed calls (the agent compares its own
-edits; the verdict's 0.2% on CUDA is the final judgement's), so that an edited kernel is
+process and each baseline in two at most, to a 1% interval within a second of timed calls
+(the agent compares its own edits; the verdict's 0.2% on CUDA is the final judgement's,
+and its baselines' 5 processes), so that a new task's baselines start few processes at
+once beside the episode's workers, and an edited kernel is
 built, checked and timed in seconds, and on a task whose call takes seconds fewer calls
 checked (at least one at scale 1 with its float64 twin and one scaled), so that verify
 stays within 30 s. The final judgement, evaluation and rewards keep the steadier, fuller
