@@ -111,6 +111,15 @@ SKIP: dict[str, str] = {
     "http://host:8000/v1 --out runs/r1 --episodes-per-task 8 --parallel 4 --device cuda":
         "needs an LLM endpoint and a GPU",
 }
+# Commands another test already runs as typed, or whose cost CI does not pay twice.
+SKIP.update({
+    "cuda-agent optimize": "the README's `.venv/bin/cuda-agent optimize` above runs it",
+    "cuda-agent synth catalog": "crawls torch's operators (about 2 minutes on 2 cores); "
+        "tests/synth/test_catalog.py builds the catalog",
+    "cuda-agent rollout builtin:gelu_bias_scale --model replay:builtin --out runs/r0 "
+    "--device cpu": "tests/train/test_rollout.py::test_cli_rollout_and_rerun runs rollout "
+        "from the CLI",
+})
 SERVICE_REQUEST = "the service's HTTP API: needs the server above running, with a key"
 
 # Judge settings that keep a command cheap, appended where the command takes --set.
@@ -124,9 +133,6 @@ QUICK_POOL = [a.replace("trials", "pool.judge.trials").replace("time_", "pool.ju
               for a in QUICK_JUDGE]
 QUICK: dict[str, list[str]] = {
     ".venv/bin/cuda-agent optimize": QUICK_JUDGE + QUICK_TOOLS,
-    "cuda-agent optimize": QUICK_JUDGE + QUICK_TOOLS,
-    "cuda-agent rollout builtin:gelu_bias_scale --model replay:builtin --out runs/r0 "
-    "--device cpu": QUICK_JUDGE + QUICK_TOOLS,
     "cuda-agent eval builtin:gelu_bias_scale answers/ --out runs/cpu --device cpu "
     "--cpu-workers 2": QUICK_POOL,
     "cuda-agent synth --count 30 --out runs/ops30": QUICK_SYNTH,
@@ -134,10 +140,7 @@ QUICK: dict[str, list[str]] = {
 }
 
 # Commands that take more than about a minute on a 2-core machine.
-SLOW = {".venv/bin/cuda-agent optimize", "cuda-agent synth --count 30 --out runs/ops30",
-        "cuda-agent optimize", "cuda-agent synth catalog",
-        "cuda-agent rollout builtin:gelu_bias_scale --model replay:builtin --out runs/r0 "
-        "--device cpu"}
+SLOW = {".venv/bin/cuda-agent optimize", "cuda-agent synth --count 30 --out runs/ops30"}
 
 # A user's package for `cuda-agent extract`: a decoder whose layers hold an input_layernorm.
 MYPKG_MODEL = '''
