@@ -52,8 +52,8 @@ def measure(code: str, count_flops: bool = True) -> CallSize | str:
         outs = out if isinstance(out, (tuple, list)) else [out]
         out_bytes = sum(_nbytes(o) for o in outs if isinstance(o, torch.Tensor))
         flops = int(counter.get_total_flops()) if counter is not None else None
-    except Exception:  # an operator without a meta kernel: the outputs stay unknown
-        out_bytes, flops = in_bytes, None
+    except Exception:  # an operator without a meta kernel, or a size forward refuses
+        return CallSize(bytes=2 * in_bytes + weights, flops=None, ran=False)
     return CallSize(bytes=in_bytes + out_bytes + weights, flops=flops)
 
 
@@ -86,8 +86,8 @@ def search(code: str, budget: SizeBudget) -> Sizing | str:
         name = max(open_, key=lambda n: values[n])  # the first declared among equals
         trial = {**values, name: values[name] // 2}
         got = measure(with_sizes(code, _changed(original, trial)))
-        if isinstance(got, str) or not _smaller(got, size):
-            settled.add(name)  # halving it breaks the task or changes no size
+        if isinstance(got, str) or (full.ran and not got.ran) or not _smaller(got, size):
+            settled.add(name)  # halving it breaks the task or shrinks nothing
             continue
         values, size = trial, got
     changes = tuple(SizeChange(n, original[n], values[n]) for n in original
@@ -100,8 +100,12 @@ def _changed(original: dict[str, int], values: dict[str, int]) -> dict[str, int]
 
 
 def _smaller(new: CallSize, old: CallSize) -> bool:
-    fewer = new.flops is not None and old.flops is not None and new.flops < old.flops
-    return new.bytes < old.bytes or fewer
+    """Whether ``new`` is no larger than ``old`` in bytes and operations, and smaller in one
+    (a halving that shrinks one while growing the other is no step towards the budget)."""
+    counted = new.flops is not None and old.flops is not None
+    if new.bytes > old.bytes or (counted and new.flops > old.flops):
+        return False
+    return new.bytes < old.bytes or (counted and new.flops < old.flops)
 
 
 def _on_meta(make: Any) -> Any:

@@ -63,7 +63,10 @@ class CallSize:
     bytes: int
     """Inputs, outputs (inputs again where the outputs cannot be measured) and weights."""
     flops: int | None
-    """Floating-point operations torch's flop counter sees (None: forward has no meta run)."""
+    """Floating-point operations torch's flop counter sees (None: not counted)."""
+    ran: bool = True
+    """Whether ``forward`` ran on ``meta`` (else the outputs are taken as large as the
+    inputs: an operator without a meta kernel)."""
 
 
 @dataclass(frozen=True)
