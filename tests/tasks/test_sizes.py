@@ -58,9 +58,11 @@ def budget(cap_bytes: int, fit_bytes: int | None = None, always: bool = True,
 
 
 def test_only_module_level_integer_literals_and_their_arithmetic_scale():
-    found = scalable_constants(CONV + "N = 2048 * 2\nM = 2 ** 10 - 1\nBIG = 2 ** 100\n")
+    found = scalable_constants(CONV + "N = 2048 * 2\nM = 2 ** 10 - 1\nK = 1 << 12\n"
+                               "BIG = 2 ** 100\n")
     assert found == {"batch_size": 8, "channels": 4, "kernel": 9, "size": 16,
-                     "N": 4096, "M": 1023}  # not a bool, a string, a derived one, 1, 2**100
+                     "N": 4096, "M": 1023, "K": 4096}  # not a bool, a string, a derived
+    # one, 1 or 2 ** 100
 
 
 def test_rewriting_changes_the_named_constants_and_what_follows_them():

@@ -33,8 +33,6 @@ from cuda_agent.paths import home_dir
 from cuda_agent.results import SizeChange
 from cuda_agent.tasks.task import Task, TaskError
 
-SIZES_VERSION = "sizes-v1"
-"""Part of the cache key: bump when the search or the measurement changes."""
 MAX_STEPS = 400
 """Measurements a search makes at most (each a few milliseconds on ``meta``)."""
 
@@ -128,10 +126,12 @@ _SIZINGS: dict[str, Sizing] = {}
 def size_task(task: Task, budget: SizeBudget, timeout_s: float = 120.0) -> Sizing:
     """The size to judge ``task`` at within ``budget``: measured in an interpreter of its
     own, kept for this process and in ``$CUDA_AGENT_HOME/sizes`` (keyed by the task's code,
-    the budget and the search's version). Raises ``TaskError`` when the task cannot be
-    measured at all."""
-    key = hashlib.sha256(json.dumps([SIZES_VERSION, task.sha256, asdict(budget)],
-                                    sort_keys=True).encode()).hexdigest()
+    the budget, torch's version and the search's own code). Raises ``TaskError`` when the
+    task cannot be measured at all."""
+    import torch
+
+    key = hashlib.sha256(json.dumps([_search_code(), torch.__version__, task.sha256,
+                                     asdict(budget)], sort_keys=True).encode()).hexdigest()
     if key in _SIZINGS:
         return _SIZINGS[key]
     path = home_dir() / "sizes" / f"{key}.json"
@@ -145,6 +145,14 @@ def size_task(task: Task, budget: SizeBudget, timeout_s: float = 120.0) -> Sizin
         tmp.replace(path)
     _SIZINGS[key] = sizing
     return sizing
+
+
+def _search_code() -> str:
+    """The digest of this module and the search's: a changed search measures again."""
+    here = Path(__file__).resolve()
+    digest = hashlib.sha256(here.read_bytes())
+    digest.update(here.with_name("size_search.py").read_bytes())
+    return digest.hexdigest()
 
 
 def _probe(task: Task, budget: SizeBudget, timeout_s: float) -> dict:
@@ -177,7 +185,8 @@ def _decode(data: dict) -> Sizing:
 
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-              ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow}
+              ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
+              ast.LShift: operator.lshift, ast.RShift: operator.rshift}
 
 
 def _literal_int(node: ast.expr) -> int | None:
@@ -189,6 +198,6 @@ def _literal_int(node: ast.expr) -> int | None:
     left, right = _literal_int(node.left), _literal_int(node.right)
     if left is None or right is None or (isinstance(node.op, ast.FloorDiv) and right == 0):
         return None
-    if isinstance(node.op, ast.Pow) and not 0 <= right <= 64:
+    if isinstance(node.op, (ast.Pow, ast.LShift, ast.RShift)) and not 0 <= right <= 64:
         return None
     return _OPERATORS[type(node.op)](left, right)
