@@ -18,7 +18,7 @@ import dataclasses
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.memory import call_fits, worker_limit
 from cuda_agent.results import JudgeResult
-from cuda_agent.tasks.sizes import SizeBudget, Sizing, reduced_task, size_task
+from cuda_agent.tasks.sizes import SizeBudget, Sizing, human_bytes, reduced_task, size_task
 from cuda_agent.tasks.task import Task, TaskError
 
 NOTE = "judged at a reduced size: "
@@ -51,18 +51,25 @@ def judged_task(task: Task, config: JudgeConfig, device: str) -> tuple[Task, Siz
     return reduced_task(task, sizing), sizing
 
 
+def workspace_sizing(task: Task, device: str, config: JudgeConfig | None = None
+                     ) -> Sizing | None:
+    """How the judge of a workspace's episode sizes ``task`` on ``device`` (its SKILL.md
+    says so): ``config``, or the judge's defaults."""
+    return judged_task(task, config or JudgeConfig(device=device), device)[1]
+
+
 def note(sizing: Sizing, config: JudgeConfig, device: str) -> str:
     """The verdict's line on a reduced size: what changed and why."""
     limit = worker_limit(config, device)
-    why = (f"over the {_size(call_fits(limit))} that fits the CPU workers' memory limit of "
-           f"{_size(limit)}" if config.cpu_size == "auto" and limit is not None
+    why = (f"over the {human_bytes(call_fits(limit))} that fits the CPU workers' memory limit of "
+           f"{human_bytes(limit)}" if config.cpu_size == "auto" and limit is not None
            else "reduced on request (cpu_size=reduced)")
     reached = "" if sizing.reached else (
         f", still over cpu_call_mb={config.cpu_call_mb:g} or "
         f"cpu_call_gflop={config.cpu_call_gflop:g}: no constant could be halved further")
     return (f"{NOTE}{sizing.describe()} (a call's inputs, outputs and weights: "
-            f"{_size(sizing.full.bytes)} at the task's own size, {why}; "
-            f"{_size(sizing.judged.bytes)} as judged{reached}; --set cpu_size=full judges "
+            f"{human_bytes(sizing.full.bytes)} at the task's own size, {why}; "
+            f"{human_bytes(sizing.judged.bytes)} as judged{reached}; --set cpu_size=full judges "
             f"the task's own size)")
 
 
@@ -88,11 +95,3 @@ def reference_note(sizing: Sizing | None) -> str:
                 "integer constants)")
     return (f" ({NOTE}{sizing.describe()}; --set cpu_size=full judges the task's own "
             "size)")
-
-
-def _size(count: int | None) -> str:
-    if count is None:
-        return "-"
-    if count >= 2**30:
-        return f"{count / 2**30:.2f} GiB"
-    return f"{count / 2**20:.1f} MiB"

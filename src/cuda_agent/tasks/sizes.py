@@ -86,6 +86,13 @@ class Sizing:
         return ", ".join(f"{c.name} {c.full}->{c.judged}" for c in self.changes)
 
 
+def human_bytes(count: int) -> str:
+    """``12.00 GiB``, ``192.0 MiB``."""
+    if count >= 2**30:
+        return f"{count / 2**30:.2f} GiB"
+    return f"{count / 2**20:.1f} MiB"
+
+
 def scalable_constants(code: str) -> dict[str, int]:
     """Module-level ``NAME = <integer literal or arithmetic on literals>`` of at least 2."""
     found: dict[str, int] = {}
