@@ -157,13 +157,13 @@ class JudgeConfig(BaseModel):
         "over those caps; 'full' never reduces. The verdict names every constant changed; "
         "reference and candidate run the same reduced task.")
     cpu_call_mb: float = Field(
-        256.0, gt=0, description="A reduced task's call at most: its inputs, outputs and "
-        "weights, in MiB (a memory-bound call of that size takes tens of milliseconds on "
-        "two cores).")
+        64.0, gt=0, description="A reduced task's call at most: its inputs, outputs and "
+        "weights, in MiB. The checks compare every element of several calls' outputs, in "
+        "float64 too, so this bounds the judgement's time as well as its memory.")
     cpu_call_gflop: float = Field(
         4.0, gt=0, description="A reduced task's call at most, in floating-point operations "
         "(GFLOP) as torch's flop counter sees them (matrix products, convolutions, "
-        "attention): about a second of a plain kernel on two cores.")
+        "attention), for the reference, its float64 twin and a plain kernel alike.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")
     process_timeout_s: float = Field(600.0, gt=0, description="Limit for each worker process.")
