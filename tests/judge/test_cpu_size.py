@@ -23,7 +23,8 @@ from tests.conftest import SCALE_ADD_MODEL_NEW, SCALE_ADD_TASK, write_solution
 BIG_TASK = SCALE_ADD_TASK.replace("N = 100_003\n", "BATCH = 1536\nDIM = 1 << 20\n").replace(
     "torch.randn(N), torch.randn(N)", "torch.randn(BATCH, DIM), torch.randn(BATCH, DIM)")
 """scale_add with two inputs of 6 GiB each (1536 x 2**20 float32): a call of 18 GiB."""
-CHECK_ONLY = JudgeConfig(device="cpu", time=False, trials=2, scales=(2.0,))
+CHECK_ONLY = JudgeConfig(device="cpu", time=False, trials=2, scales=(2.0,), memory_limit_gb=4.0)
+"""A limit of its own, so that the big tasks are over it on any machine."""
 
 
 @pytest.fixture
@@ -110,7 +111,8 @@ def test_reduced_on_request_shrinks_a_task_that_fits(tmp_path: Path):
 def test_the_command_says_the_size_in_its_report_and_json(big: tuple[object, Path]):
     task, root = big
     command = [sys.executable, "-m", "cuda_agent", "judge", task.source, str(root),
-               "--device", "cpu", "--no-time", "--set", "trials=1", "--set", "scales=[]"]
+               "--device", "cpu", "--no-time", "--set", "trials=1", "--set", "scales=[]",
+               "--set", "memory_limit_gb=4"]
     shown = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "reduced: DIM 1048576->" in shown.stdout, shown.stdout
@@ -119,3 +121,56 @@ def test_the_command_says_the_size_in_its_report_and_json(big: tuple[object, Pat
     assert record.returncode == 0, record.stdout + record.stderr
     data = json.loads(record.stdout)
     assert data["size"][0]["name"] == "DIM" and data["size"][0]["full"] == 1 << 20
+
+
+RELU_KERNEL = '''
+#include <cstdint>
+extern "C" void relu_launch(const float* x, float* y, int64_t n, int config) {
+  (void)config;
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+}
+'''
+RELU_BINDING = '''
+#include "binding_registry.h"
+extern "C" void relu_launch(const float* x, float* y, int64_t n, int config);
+
+static cuda_ext::Outputs relu(const cuda_ext::Args& args) {
+  const cuda_ext::Tensor& x = args.tensor(0);
+  CUDA_EXT_CHECK(x.dtype == cuda_ext::DType::Float32 && x.is_contiguous(), "x: float32");
+  cuda_ext::Tensor y = cuda_ext::empty_like(x);
+  relu_launch(x.data_ptr<float>(), y.data_ptr<float>(), x.numel(), 0);
+  return {y};
+}
+REGISTER_BINDING(relu, "relu(x) -> max(x, 0)", relu);
+'''
+RELU_MODEL_NEW = '''
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return cuda_extension.relu(x.contiguous())
+'''
+
+
+@pytest.mark.slow
+def test_kernelbench_relu_is_judged_at_the_size_its_skill_states(tmp_path: Path,
+                                                                 kernelbench: Path):
+    """KernelBench 1/19 (a 6 GiB input) in a CPU workspace, as `workspace init` makes it:
+    SKILL.md and the verdict name the same reduced size, and an honest kernel passes."""
+    from cuda_agent.judge.cpu_size import workspace_sizing
+
+    task = load_task(f"{kernelbench}::1/19")
+    root = init_workspace(task, tmp_path / "ws", "cpu",
+                          sizing=workspace_sizing(task, "cpu", CHECK_ONLY))
+    (root / "kernels" / "relu.cpp").write_text(RELU_KERNEL)
+    (root / "kernels" / "relu_binding.cpp").write_text(RELU_BINDING)
+    (root / "model_new.py").write_text(RELU_MODEL_NEW)
+    result = Judge(CHECK_ONLY).judge(task, Candidate.from_ref(root))
+    assert result.correct and result.reward == 1, result.reasons
+    said = ", ".join(f"{c.name} {c.full}->{c.judged}" for c in result.size)
+    assert said == "batch_size 4096->2048, dim 393216->3072"  # 48 MiB a call: the 64 MiB cap
+    assert f"**{said}**" in (root / "SKILL.md").read_text()

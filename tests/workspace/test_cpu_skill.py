@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cuda_agent.judge import JudgeConfig
 from cuda_agent.judge.cpu_size import workspace_sizing
 from cuda_agent.tasks import load_task
 from cuda_agent.workspace import init_workspace
@@ -18,7 +19,9 @@ def skill(folder: Path, code: str) -> str:
     path = folder / "task.py"
     path.write_text(code)
     task = load_task(path)
-    root = init_workspace(task, folder / "ws", "cpu", sizing=workspace_sizing(task, "cpu"))
+    config = JudgeConfig(device="cpu", memory_limit_gb=4.0)  # the big task over it anywhere
+    root = init_workspace(task, folder / "ws", "cpu",
+                          sizing=workspace_sizing(task, "cpu", config))
     return (root / "SKILL.md").read_text()
 
 
