@@ -49,6 +49,17 @@ def test_the_budget_comes_from_the_memory_limit_and_the_caps():
     assert size_budget(config, "cuda") is None
 
 
+def test_the_size_survives_the_verdict_s_json():
+    from cuda_agent.execution.backend import judge_result
+    from cuda_agent.results import JudgeResult, SizeChange, to_dict
+
+    result = JudgeResult(task="t", device="cpu", precision="fp32", compiled=True, correct=True,
+                         reward=1, reasons=(), runtime_ms=None, eager_ms=None, compile_ms=None,
+                         speedup_vs_eager=None, speedup_vs_compile=None,
+                         size=(SizeChange("dim", 393216, 3072),))
+    assert judge_result(json.loads(json.dumps(to_dict(result)))) == result
+
+
 @pytest.mark.slow
 def test_a_6_gib_task_is_judged_at_a_reduced_size(big: tuple[object, Path]):
     task, root = big

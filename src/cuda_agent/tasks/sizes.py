@@ -19,6 +19,7 @@ reduced size is the task's own code with other numbers.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import operator
@@ -146,10 +147,11 @@ def size_task(task: Task, budget: SizeBudget, timeout_s: float = 120.0) -> Sizin
         sizing = _decode(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         sizing = _decode(_probe(task, budget, timeout_s))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(asdict(sizing)))
-        tmp.replace(path)
+        with contextlib.suppress(OSError):  # a folder that cannot be written keeps nothing
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(asdict(sizing)))
+            tmp.replace(path)
     _SIZINGS[key] = sizing
     return sizing
 
