@@ -118,6 +118,17 @@ class CorrectnessResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class SizeChange:
+    """One size constant of a task that the judge changed to run it (``tasks.sizes``)."""
+
+    name: str
+    full: int
+    """Its value in the task."""
+    judged: int
+    """Its value in the task the judge ran."""
+
+
+@dataclasses.dataclass(frozen=True)
 class ShapeResult:
     """The verdict at one of the input shapes a task declares (``INPUT_SHAPES``)."""
 
@@ -167,3 +178,6 @@ class JudgeResult:
     shapes: tuple[ShapeResult, ...] = ()
     """Per-shape verdicts when the task declares several input shapes; the fields above then
     hold the whole set: correct at every shape, times summed over shapes, reward the lowest."""
+    size: tuple[SizeChange, ...] = ()
+    """The task's size constants the judge reduced to run it on the CPU (``tasks.sizes``,
+    ``JudgeConfig.cpu_size``); empty when it ran the task at its own size."""

@@ -52,6 +52,7 @@ def builtin_replay_path(task: Task, device: str) -> Path:
 def optimize(task: Task, policy: Policy, device: str, out: Path, config: AgentConfig,
              on_event=None) -> OptimizeResult:
     """Run the whole job into ``out`` (which must be new or empty)."""
+    from cuda_agent.judge.cpu_size import workspace_sizing
     from cuda_agent.workspace import WorkspaceError, init_workspace
 
     out = Path(out).resolve()
@@ -59,7 +60,8 @@ def optimize(task: Task, policy: Policy, device: str, out: Path, config: AgentCo
         raise OptimizeError(f"{out} is not empty; pick a new --out folder")
     out.mkdir(parents=True, exist_ok=True)
     try:
-        root = init_workspace(task, out / "workspace", device)
+        root = init_workspace(task, out / "workspace", device,
+                              sizing=workspace_sizing(task, device))
     except WorkspaceError as exc:
         raise OptimizeError(str(exc)) from None
     start = _snapshot(root)

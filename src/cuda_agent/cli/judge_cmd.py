@@ -89,6 +89,7 @@ def demo(
     """Offline walk-through on a built-in example: workspace, kernel, build, judge."""
     from cuda_agent.build import Builder
     from cuda_agent.judge import Candidate, Judge, JudgeConfig
+    from cuda_agent.judge.cpu_size import workspace_sizing
     from cuda_agent.judge.judge import JudgeError, resolve_device
     from cuda_agent.workspace import init_workspace
 
@@ -99,7 +100,8 @@ def demo(
         raise bad_input(exc) from None
     root = directory or Path(tempfile.mkdtemp(prefix="cuda-agent-demo-")) / "workspace"
     console.rule(f"1. workspace for builtin:{example} ({dev})")
-    init_workspace(task, root, dev, force=directory is not None)
+    init_workspace(task, root, dev, force=directory is not None,
+                   sizing=workspace_sizing(task, dev))
     console.print(f"created {root}: SKILL.md, model.py, model_new.py, kernels/, utils/")
     console.rule("2. write the kernel (the shipped solution stands in for the agent)")
     solution = Candidate.from_ref(f"builtin:{example}", dev).path

@@ -41,6 +41,9 @@ def print_judge(result: JudgeResult) -> None:
     colour = "green" if result.reward > 0 else "red"
     table.add_row("reward", f"[bold {colour}]{result.reward}[/]")
     table.add_row("compiled / correct", f"{result.compiled} / {result.correct}")
+    if result.size:
+        table.add_row("size", "reduced: " + ", ".join(f"{c.name} {c.full}->{c.judged}"
+                                                     for c in result.size))
     spread = ""
     if result.shapes:
         spread = f"  (sum over {len(result.shapes)} input shapes)"

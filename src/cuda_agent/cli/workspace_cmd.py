@@ -34,10 +34,13 @@ def init(
     force: bool = typer.Option(False, help="Replace a non-empty folder."),
 ) -> None:
     """Create SKILL.md, model.py, model_new.py, the bindings, kernels/ and utils/."""
+    from cuda_agent.judge.cpu_size import workspace_sizing
     from cuda_agent.workspace import WorkspaceError, init_workspace
 
     try:
-        root = init_workspace(load_task(task), directory, device, arch=arch, force=force)
+        the_task = load_task(task)
+        root = init_workspace(the_task, directory, device, arch=arch, force=force,
+                              sizing=workspace_sizing(the_task, device))
     except (TaskError, WorkspaceError) as exc:
         raise bad_input(exc) from None
     console.print(f"workspace ready: {root}")

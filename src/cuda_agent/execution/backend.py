@@ -24,6 +24,7 @@ from cuda_agent.results import (
     CorrectnessResult,
     JudgeResult,
     ShapeResult,
+    SizeChange,
     TimingStats,
 )
 from cuda_agent.tasks.task import Task
@@ -274,6 +275,7 @@ def judge_result(data: dict[str, Any]) -> JudgeResult:
     for key in ("reasons", "flags"):
         fields[key] = tuple(fields.get(key, ()))
     fields["phases"] = tuple(tuple(p) for p in fields.get("phases", ()))
+    fields["size"] = tuple(SizeChange(**c) for c in fields.get("size", ()))
     fields["shapes"] = tuple(ShapeResult(**{**s, "reasons": tuple(s.get("reasons", ()))})
                              for s in fields.get("shapes", ()))
     return JudgeResult(**fields)

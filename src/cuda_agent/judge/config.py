@@ -172,6 +172,21 @@ class JudgeConfig(BaseModel):
         "3/4 of its physical memory split evenly between the workers alive at once (the held "
         "reference, candidate_processes and one baseline: 3 on the CPU by default), at "
         "least 2 GiB.")
+    cpu_size: Literal["auto", "reduced", "full"] = Field(
+        "auto", description="The size a task is judged at on the CPU (judge.cpu_size): "
+        "'auto' judges it at its own size where a call fits the CPU workers' memory limit, "
+        "else at a reduced size, its module-level size constants halved (largest first) "
+        "until a call is within cpu_call_mb and cpu_call_gflop; 'reduced' reduces any task "
+        "over those caps; 'full' never reduces. The verdict names every constant changed; "
+        "reference and candidate run the same reduced task.")
+    cpu_call_mb: float = Field(
+        64.0, gt=0, description="A reduced task's call at most: its inputs, outputs and "
+        "weights, in MiB. The checks compare every element of several calls' outputs, in "
+        "float64 too, so this bounds the judgement's time as well as its memory.")
+    cpu_call_gflop: float = Field(
+        4.0, gt=0, description="A reduced task's call at most, in floating-point operations "
+        "(GFLOP) as torch's flop counter sees them (matrix products, convolutions, "
+        "attention), for the reference, its float64 twin and a plain kernel alike.")
     floor_margin: float = Field(
         0.8, description="Flag a runtime under this fraction of the memory-traffic floor.")
     process_timeout_s: float = Field(600.0, gt=0, description="Limit for each worker process.")

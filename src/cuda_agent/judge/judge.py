@@ -35,6 +35,7 @@ from cuda_agent.judge import confine
 from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.candidate import Candidate, CandidateError
 from cuda_agent.judge.config import JudgeConfig
+from cuda_agent.judge.cpu_size import judged_task, marked, reference_note
 from cuda_agent.judge.gpu_turn import SHARED, GpuTurn
 from cuda_agent.judge.memory import worker_limit
 from cuda_agent.judge.plan import JudgeError, JudgePlan
@@ -135,17 +136,29 @@ class Judge:
                 raise JudgeError(f"--shape {self.config.shape!r}: the task declares no such "
                                  f"input shape (shapes: {', '.join(input_shapes(task.code))})")
         if not variants:
-            result = self._judge_once(task, candidate, seed, profile)
+            result = self._judge_sized(task, candidate, seed, profile)
         else:
             parts = []
             for name, shaped in variants:
-                parts.append((name, self._judge_once(shaped, candidate, seed, profile)))
+                parts.append((name, self._judge_sized(shaped, candidate, seed, profile)))
                 if not parts[-1][1].compiled:
                     break  # a failed build fails at every shape
             result = combine(parts, len(variants))
         if self.config.keep_warm:
             self._refill(self.config.warm_sets)
         return dataclasses.replace(result, seconds=time.perf_counter() - start)
+
+    def _judge_sized(self, task: Task, candidate: Candidate, seed: int, profile: bool
+                     ) -> JudgeResult:
+        """The verdict at the size ``task`` is judged at on this device (``cpu_size``)."""
+        sized, sizing = judged_task(task, self.config, self.device)
+        try:
+            result = self._judge_once(sized, candidate, seed, profile)
+        except JudgeError as exc:
+            if not reference_note(sizing):
+                raise
+            raise JudgeError(f"{exc}{reference_note(sizing)}") from None
+        return marked(result, sizing, self.config)
 
     def _judge_once(self, task: Task, candidate: Candidate, seed: int, profile: bool
                     ) -> JudgeResult:

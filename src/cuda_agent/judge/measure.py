@@ -25,6 +25,7 @@ from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.baselines import Baselines
 from cuda_agent.judge.clock import ClockError, judge_clock
 from cuda_agent.judge.config import JudgeConfig
+from cuda_agent.judge.cpu_size import judged_task
 from cuda_agent.judge.judge import Judge
 from cuda_agent.judge.memory import reference_error, worker_limit
 from cuda_agent.judge.plan import JudgeError, JudgePlan
@@ -60,6 +61,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
     start = time.perf_counter()
     seed = config.seed if config.seed is not None else secrets.randbits(128)
     with Judge(config) as judge, tempfile.TemporaryDirectory(prefix="cuda-agent-base-") as tmp:
+        task = judged_task(task, config, judge.device)[0]  # the size the judge runs it at
         plan = JudgePlan(config, task, judge.device, seed, Path(tmp))
         cached = None if refresh else plan.cached_baselines()
         if cached is not None:
@@ -125,5 +127,7 @@ def _measure(judge: Judge, plan: JudgePlan, task: Task) -> Baselines:
 
 
 def baseline_key(task: Task, config: JudgeConfig, device: str) -> str:
-    """The cache key the judge uses for ``task``'s baselines on ``device`` (resolved)."""
-    return JudgePlan(config, task, device, 0, Path()).baseline_key
+    """The cache key the judge uses for ``task``'s baselines on ``device`` (resolved), at
+    the size it judges the task at there (``cpu_size``)."""
+    return JudgePlan(config, judged_task(task, config, device)[0], device, 0,
+                     Path()).baseline_key

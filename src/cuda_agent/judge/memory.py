@@ -23,6 +23,12 @@ MACHINE_SHARE = 0.75
 """The part of the machine's physical memory its CPU workers share."""
 FLOOR_BYTES = 2 << 30
 """The least a machine-derived limit gives a worker."""
+CALL_FACTOR = 6
+TORCH_BYTES = 1 << 30
+"""What the reference's worker takes for a task: ``TORCH_BYTES`` (the interpreter and torch)
+plus ``CALL_FACTOR`` times one call's inputs, outputs and weights (the call, its float64
+twin, the checked calls' outputs kept for the candidate). A task of 512 MiB inputs and
+outputs each peaked at 5.6 GiB of address space in the reference's worker."""
 _ALLOCATION = re.compile(r"tried to allocate (\d+) bytes")
 _OUT_OF_MEMORY = ("MemoryError", "DefaultCPUAllocator", "Cannot allocate memory",
                   "std::bad_alloc", f"killed by {signal.SIGKILL.name}")
@@ -51,6 +57,12 @@ def worker_limit(config: JudgeConfig, device: str) -> int | None:
     return max(FLOOR_BYTES, share)
 
 
+def call_fits(limit: int) -> int:
+    """The largest call (inputs, outputs and weights, in bytes) whose reference fits in a
+    worker limited to ``limit`` bytes."""
+    return max(0, limit - TORCH_BYTES) // CALL_FACTOR
+
+
 def out_of_memory(done: WorkerOutcome) -> bool:
     """Whether ``done`` failed for want of memory."""
     return not done.ok and any(mark in (done.failure or "") for mark in _OUT_OF_MEMORY)
@@ -74,9 +86,10 @@ def reference_error(task: str, done: WorkerOutcome, limit: int | None, where: st
         sizes.append(f"an allocation of {_gib(int(asked.group(1)))}")
     how = f" ({', '.join(sizes)})" if sizes else ""
     return (f"task {task}'s reference does not fit in the CPU workers' memory limit of "
-            f"{_gib(limit)}{how}: run it on CUDA (--device cuda), at a smaller shape "
-            f"(--shape, for a task declaring INPUT_SHAPES), or with a higher limit "
-            f"(--set memory_limit_gb=N) on a machine with the memory")
+            f"{_gib(limit)}{how}: run it on CUDA (--device cuda), at a reduced size "
+            f"(--set cpu_size=reduced), at a smaller shape (--shape, for a task declaring "
+            f"INPUT_SHAPES), or with a higher limit (--set memory_limit_gb=N) on a machine "
+            f"with the memory")
 
 
 def _gib(count: int) -> str:

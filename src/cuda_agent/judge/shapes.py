@@ -75,4 +75,5 @@ def combine(parts: Sequence[tuple[str, JudgeResult]], declared: int) -> JudgeRes
         build=next((r.build for r in results if r.build is not None), None),
         correctness=_correctness(results),
         flags=_merged([(name, r.flags) for name, r in parts], len(parts)),
-        phases=tuple(phases.items()), shapes=shapes)
+        phases=tuple(phases.items()), shapes=shapes,
+        size=tuple(dict.fromkeys(c for r in results for c in r.size)))

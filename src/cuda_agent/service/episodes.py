@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cuda_agent.judge.cpu_size import workspace_sizing
 from cuda_agent.results import JudgeResult
 from cuda_agent.service.errors import ApiError, bad_request, not_found
 from cuda_agent.service.files import text_files
@@ -112,7 +113,8 @@ class EpisodeManager:
         spec = self._spec(task)
         folder = self.root / secrets.token_hex(12)
         try:
-            root = init_workspace(task, folder / "workspace", device, spec=spec)
+            root = init_workspace(task, folder / "workspace", device, spec=spec,
+                                  sizing=workspace_sizing(task, device))
         except WorkspaceError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             raise ApiError(500, f"workspace could not be created: {exc}") from None

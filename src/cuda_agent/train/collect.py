@@ -87,6 +87,7 @@ class EpisodeCollector:
 
     def collect(self, step: int) -> list[Any]:
         from cuda_agent.agent.loop import AgentConfig, run_episode
+        from cuda_agent.judge.cpu_size import workspace_sizing
         from cuda_agent.train.samples import SampleError, samples_from_trajectory
         from cuda_agent.workspace import init_workspace
 
@@ -98,7 +99,8 @@ class EpisodeCollector:
         for i in range(ppo.rollouts_per_step):
             task = self.tasks[((step - 1) * ppo.rollouts_per_step + i) % len(self.tasks)]
             folder = self.out / f"step-{step:06d}" / f"{i:03d}-{task.name}"
-            root = init_workspace(task, folder / "workspace", self.device, force=True)
+            root = init_workspace(task, folder / "workspace", self.device, force=True,
+                                  sizing=workspace_sizing(task, self.device))
             trajectory = folder / "trajectory.jsonl"
             trajectory.unlink(missing_ok=True)
             result = run_episode(task, root, self.policy(), agent, trajectory)

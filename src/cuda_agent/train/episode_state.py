@@ -198,11 +198,14 @@ class AgentEpisode:
         self.toolbox: Toolbox | None = None
 
     def __enter__(self) -> AgentEpisode:
+        from cuda_agent.judge.cpu_size import workspace_sizing
         from cuda_agent.workspace import init_workspace
 
         self._folder = Path(tempfile.mkdtemp(prefix="cuda-agent-episode-"))
         try:
-            self.root = init_workspace(self.task, self._folder / "ws", self.settings.device)
+            device = self.settings.device
+            self.root = init_workspace(self.task, self._folder / "ws", device,
+                                       sizing=workspace_sizing(self.task, device))
         except BaseException:
             shutil.rmtree(self._folder, ignore_errors=True)
             raise

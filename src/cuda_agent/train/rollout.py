@@ -124,6 +124,7 @@ class _Manifest:
 def run_one(task: Task, k: int, policy: Policy, out: Path, config: RolloutConfig
             ) -> RolloutRecord:
     """One episode in a fresh workspace; whatever a killed earlier try left is removed."""
+    from cuda_agent.judge.cpu_size import workspace_sizing
     from cuda_agent.workspace import init_workspace
 
     name = episode_name(task.name, k)
@@ -132,7 +133,8 @@ def run_one(task: Task, k: int, policy: Policy, out: Path, config: RolloutConfig
     if workspace.exists():
         shutil.rmtree(workspace)
     trajectory.unlink(missing_ok=True)
-    root = init_workspace(task, workspace, config.device)
+    root = init_workspace(task, workspace, config.device,
+                          sizing=workspace_sizing(task, config.device))
     result = run_episode(task, root, policy, config.agent, trajectory)
     return RolloutRecord(task=task.name, k=k, reward=result.reward,
                          stop_reason=result.stop_reason,

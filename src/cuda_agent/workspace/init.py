@@ -23,6 +23,7 @@ from cuda_agent import __version__
 from cuda_agent.paths import TEMPLATES, home_dir
 from cuda_agent.tasks.inspect import TaskSpec, inspect_task
 from cuda_agent.tasks.shapes import input_shapes
+from cuda_agent.tasks.sizes import Sizing, human_bytes, reduced_task
 from cuda_agent.tasks.task import Task
 from cuda_agent.workspace.stub import render_stub
 
@@ -46,8 +47,11 @@ class WorkspaceInfo:
 
 
 def init_workspace(task: Task, directory: Path, device: str = "cpu", *,
-                   spec: TaskSpec | None = None, arch: str = "", force: bool = False) -> Path:
-    """Create the workspace for ``task`` in ``directory`` and return its path."""
+                   spec: TaskSpec | None = None, arch: str = "", force: bool = False,
+                   sizing: Sizing | None = None) -> Path:
+    """Create the workspace for ``task`` in ``directory`` and return its path. ``sizing``:
+    the size the judge runs the task at on the CPU (``judge.cpu_size.workspace_sizing``),
+    which SKILL.md states."""
     if device not in ("cpu", "cuda"):
         raise WorkspaceError(f"device must be 'cpu' or 'cuda', not {device!r}")
     root = Path(directory).resolve()
@@ -68,7 +72,8 @@ def init_workspace(task: Task, directory: Path, device: str = "cpu", *,
         task_name=task.name, precision=task.precision.value,
         inputs=[str(s) for s in spec.inputs], outputs=[str(s) for s in spec.outputs or ()],
         init_inputs=spec.init_inputs, init_signature=_init_signature(task.code),
-        shapes=input_shapes(task.code), arch=f"sm_{arch}" if arch else "", commands=COMMANDS))
+        shapes=input_shapes(task.code), arch=f"sm_{arch}" if arch else "", commands=COMMANDS,
+        size=_size(task, sizing) if device == "cpu" else None))
     (root / "utils").mkdir()
     for name in ("build", "verify", "profile"):
         script = root / "utils" / name
@@ -118,6 +123,18 @@ def read_workspace(directory: Path) -> WorkspaceInfo:
         raise WorkspaceError(f"{stored}: the trusted task copy was modified (its code no longer "
                              "matches its hash); create the workspace again")
     return WorkspaceInfo(root, task, device)
+
+
+def _size(task: Task, sizing: Sizing | None) -> dict | None:
+    """What SKILL.md says of the size the task is judged at (None: not known)."""
+    if sizing is None:
+        return None
+    size = {"reduced": sizing.reduced, "full": human_bytes(sizing.full.bytes)}
+    if sizing.reduced:
+        judged = inspect_task(reduced_task(task, sizing))
+        size.update(changes=sizing.describe(), judged=human_bytes(sizing.judged.bytes),
+                    inputs=[str(s) for s in judged.inputs])
+    return size
 
 
 def _init_signature(code: str) -> str:
