@@ -87,6 +87,7 @@ def measure_ahead(judge: Judge, task: Task) -> int:
         if cfg.shape is not None and name != cfg.shape:
             continue
         seed = cfg.seed if cfg.seed is not None else secrets.randbits(128)
+        shaped = judged_task(shaped, cfg, judge.device)[0]  # the size the judge runs it at
         with tempfile.TemporaryDirectory(prefix="cuda-agent-base-") as tmp:
             plan = JudgePlan(cfg.model_copy(update={"check": False}), shaped, judge.device,
                              seed, Path(tmp))
