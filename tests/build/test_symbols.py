@@ -175,6 +175,24 @@ def test_the_runtime_passes_but_for_the_named_routes(policy: symbols.Policy):
         assert name in policy.runtime and name not in refused, name
 
 
+def test_other_libraries_arithmetic_is_refused_under_every_name_they_export():
+    """libtorch carries MKL (``sgemm``, ``SGEMM`` beside ``sgemm_``), FBGEMM, SLEEF and
+    XNNPACK; a name of theirs is refused whatever its spelling, in both policies, and a
+    single file may not import Python modules from native code."""
+    names = [("sgemm", "sgemm"), ("SGEMM", "SGEMM"), ("sgemm_", "sgemm_"), ("SDOT", "SDOT"),
+             ("cgemm", "cgemm"), ("dgemv_64", "dgemv_64"), ("cblas_sgemm", "cblas_sgemm"),
+             ("_ZN6fbgemm15cblas_sgemm_refEv", "fbgemm::cblas_sgemm_ref()"),
+             ("_ZN4dnnl4impl3fooEv", "dnnl::impl::foo()"),
+             ("Sleef_expf8_u10", "Sleef_expf8_u10"), ("xnn_run_operator", "xnn_run_operator")]
+    for name, plain in names:
+        assert symbol_rules.single_file(name, plain, frozenset()), name
+        assert symbol_rules.workspace(name, plain, False, frozenset(), True), name
+    assert symbol_rules.single_file("PyImport_ImportModule", "PyImport_ImportModule",
+                                    frozenset()).startswith("imports Python modules")
+    for name in ("memcpy", "expf", "PyObject_GetAttrString", "PyEval_GetBuiltins", "sincosf"):
+        assert symbol_rules.single_file(name, name, frozenset()) is None, name
+
+
 def test_single_file_rules(objects: dict[str, Path]):
     """A load_inline module may call torch's creation, views, copies and fills and its
     infrastructure; not its arithmetic, redispatch, per-backend kernels or the routes

@@ -57,7 +57,8 @@ _BLAS = (r"(?:gemm|gemv|ger[uc]?|axpy|axpby|dot[uc]?|scal|copy|swap|nrm2|asum|ro
          r"getrf|getrs|getri|gesv|gesvd|gesdd|geqrf|orgqr|ungqr|potrf|potrs|potri|syev|syevd|"
          r"heev|heevd|gels|gelsd|trtrs|amax|amin)")
 MATH_LIBRARIES = (
-    (re.compile(rf"^i?[sdcz]{_BLAS}(?:_64)?_$|^(?:cblas|openblas|goto)_\w+$"), "BLAS"),
+    # as libraries export them: sgemm_, sgemm, SGEMM (MKL inside libtorch exports all three)
+    (re.compile(rf"^i?[sdcz]{_BLAS}(?:_64)?_?$|^(?:cblas|openblas|goto)_\w+$", re.I), "BLAS"),
     (re.compile(r"^(?:LAPACKE?|lapacke?)_\w+$"), "LAPACK"),
     (re.compile(r"^(?:mkl|MKL|vml|vsl|vm?[sdcz][A-Z])\w*$"), "MKL"),
     (re.compile(r"^(?:dnnl|mkldnn)_\w+$"), "oneDNN"),
@@ -68,12 +69,18 @@ MATH_LIBRARIES = (
     (re.compile(r"^curand[A-Z]\w*$"), "the cuRAND host API"),
     (re.compile(r"^cutensor\w*$"), "cuTENSOR"),
     (re.compile(r"^(?:npp|nvjpeg|cudss|nccl[A-Z])\w*$"), "a CUDA math library"),
+    (re.compile(r"^(?:Sleef_|xnn_|pytorch_qnnp_|qnnp_|nnp_|pthreadpool_)\w*$"),
+     "a math library PyTorch carries (SLEEF, XNNPACK, QNNPACK, NNPACK)"),
 )
+MATH_NAMESPACES = re.compile(r"^(?:fbgemm|fbgemm_gpu|dnnl|mkldnn|ideep|mkl|sleef|xnnpack|"
+                             r"qnnpack|nnpack|onednn|cutlass_extensions)::")
+"""C++ math libraries PyTorch links in, by their demangled names (``fbgemm::cblas_sgemm_ref``)."""
 CUDA = re.compile(r"^(?:cuda[A-Z]\w*|__cuda\w+|cu[A-Z]\w*|cublas\w*|cudnn\w*)$")
 OPENMP = re.compile(r"^(?:GOMP_\w+|GOACC_\w+|omp_\w+|__kmpc_\w+)$")
 PYTHON = re.compile(r"^_?Py[A-Z_]\w*$")
 PYTHON_CODE = re.compile(r"^(?:PyRun_\w+|Py_CompileString\w*|PyEval_EvalCode\w*|"
                          r"PyImport_ExecCodeModule\w*|PyEval_SetTrace|PyEval_SetProfile\w*)$")
+PYTHON_IMPORT = re.compile(r"^(?:PyImport_\w+|_PyImport_\w+)$")
 TORCH = re.compile(r"(?:^|[^\w:])(?:at|c10|torch|caffe2|aten)::")
 TORCH_C = re.compile(r"^(?:THP\w+|aoti_torch_\w+|torch_\w+)$")
 FIXED_API = ("cuda_ext::empty(", "cuda_ext::current_stream(", "cuda_ext::register_binding(")
@@ -111,9 +118,10 @@ AOTI_KERNELS = re.compile(r"^aoti_torch_(?:cpu|cuda|mps|xpu)_\w+$")
 LOOKUP = "dynamic loading or symbol lookup, which reaches code no symbol names"
 
 
-def common(name: str) -> str | None:
+def common(name: str, plain: str = "") -> str | None:
     """Refusals shared by every policy: routes around any symbol check, other processes,
-    the profiler's activity API and other libraries' arithmetic."""
+    the profiler's activity API and other libraries' arithmetic (``plain``: the demangled
+    name)."""
     if name in DYNAMIC_LOOKUP or name.startswith("_dl_"):
         return LOOKUP
     if name in PROCESS:
@@ -125,6 +133,8 @@ def common(name: str) -> str | None:
     for pattern, library in MATH_LIBRARIES:
         if pattern.match(name):
             return f"another library's arithmetic: {library}"
+    if MATH_NAMESPACES.match(plain):
+        return f"another library's arithmetic: {plain.split('::', 1)[0]}"
     return None
 
 
@@ -135,7 +145,7 @@ def workspace(name: str, plain: str, own: bool, runtime: frozenset[str], linked:
     call over); ``runtime`` holds the C/C++ runtime's names; ``linked`` when the module's
     link must still resolve it (a strong reference of an object), which names it if the
     libraries it links (the fixed layer, the runtime, cudart, cuBLAS) do not define it."""
-    refused = common(name)
+    refused = common(name, plain)
     if refused:
         return refused
     if PYTHON.match(name):
@@ -161,11 +171,13 @@ def workspace(name: str, plain: str, own: bool, runtime: frozenset[str], linked:
 def single_file(name: str, plain: str, allowed_ops: frozenset[str]) -> str | None:
     """A ``load_inline`` shared object's reference: torch's operators are checked against
     ``allowed_ops`` (the run-time guard's ``ALLOWED``) by their schema name."""
-    refused = common(name)
+    refused = common(name, plain)
     if refused:
         return refused
     if PYTHON_CODE.match(name):
         return "runs Python code or tracing from native code"
+    if PYTHON_IMPORT.match(name):
+        return "imports Python modules from native code (past model_new.py's static check)"
     ops = OPS.match(plain)
     if ops:
         if ops[2] == "redispatch":
