@@ -140,7 +140,11 @@ def test_a_noisy_machine_gets_no_speed_up(tmp_path: Path, monkeypatch: pytest.Mo
         result = judged(tmp_path, monkeypatch)
     said = " ".join(result.reasons)
     assert result.correct and result.reward == 1, said
-    assert "timing unreliable against eager" in said and "load average" in said, said
+    # the hogs may also slow the candidate's median past eager's: then the medians alone
+    # give reward 1 and there is no speed-up to call unreliable
+    faster = result.speedup_vs_eager is not None and result.speedup_vs_eager * 0.95 > 1
+    assert not faster or ("timing unreliable against eager" in said and "load average" in said
+                          ), (said, result.speedup_vs_eager)
     for stored in (tmp_path / "baselines").glob("*.json"):
         eager = load(stored.stem).eager
         assert eager is not None and not problems("eager", eager, "wall", QUICK), (
