@@ -62,7 +62,7 @@ def test_pipeline_rft_value_ppo_on_cpu(tmp_path: Path, builtin_replay_run: Optim
     config = tmp_path / "train.yaml"
     config.write_text(f"""
 model: {{path: {model}, device: cpu}}
-data: {{trajectories: ["{tmp_path}/expert/*.jsonl"], max_len: 12000}}
+data: {{trajectories: ["{tmp_path}/expert/*.jsonl"], max_len: 16000}}
 optim: {{lr: 1.0e-3, critic_lr: 1.0e-3, batch_size: 1, epochs: 1}}
 ppo: {{mode: single_turn, steps: 1, rollouts_per_step: 1, tasks: [builtin:gelu_bias_scale],
       device: cpu, max_new_tokens: 8,
