@@ -55,22 +55,8 @@ def inspect_task(task: Task, timeout_s: float = 120.0) -> TaskSpec:
 
 
 def _inspect(task: Task, timeout_s: float) -> TaskSpec:
-    with tempfile.TemporaryDirectory(prefix="cuda-agent-inspect-") as tmp:
-        path = Path(tmp) / "model.py"
-        path.write_text(task.code)
-        try:
-            proc = subprocess.run([sys.executable, "-m", "cuda_agent.tasks.inspect", str(path)],
-                                  capture_output=True, text=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise TaskError(f"{task.source or task.name}: inspecting the task took over "
-                            f"{timeout_s:.0f} s") from None
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise TaskError(f"{task.source or task.name}: inspection crashed: {tail}")
-    report = json.loads(lines[-1])
-    if "error" in report:
-        raise TaskError(f"{task.source or task.name}: {report['error']}")
+    report = run_probe(task, "cuda_agent.tasks.inspect", (), "inspecting the task",
+                       "inspection", timeout_s)
     outputs = report.get("outputs")
     return TaskSpec(
         inputs=tuple(TensorSpec(tuple(s["shape"]), s["dtype"]) for s in report["inputs"]),
@@ -78,6 +64,30 @@ def _inspect(task: Task, timeout_s: float) -> TaskSpec:
         outputs=None if outputs is None else tuple(
             TensorSpec(tuple(s["shape"]), s["dtype"]) for s in outputs),
     )
+
+
+def run_probe(task: Task, module: str, args: tuple[str, ...], doing: str, name: str,
+              timeout_s: float) -> dict:
+    """The JSON report ``python -m module TASK_FILE *args`` prints last of ``task``'s code,
+    run in a fresh interpreter; ``TaskError`` naming ``doing`` (its timeout) or ``name``
+    (its crash) when there is none, or the report's own ``error``."""
+    where = task.source or task.name
+    with tempfile.TemporaryDirectory(prefix="cuda-agent-inspect-") as tmp:
+        path = Path(tmp) / "model.py"
+        path.write_text(task.code)
+        try:
+            proc = subprocess.run([sys.executable, "-m", module, str(path), *args],
+                                  capture_output=True, text=True, timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise TaskError(f"{where}: {doing} took over {timeout_s:.0f} s") from None
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise TaskError(f"{where}: {name} crashed: {tail}")
+    report = json.loads(lines[-1])
+    if "error" in report:
+        raise TaskError(f"{where}: {report['error']}")
+    return report
 
 
 def _describe(path: str) -> dict:

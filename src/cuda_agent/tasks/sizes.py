@@ -24,14 +24,12 @@ import hashlib
 import json
 import operator
 import os
-import subprocess
-import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cuda_agent.paths import home_dir
 from cuda_agent.results import SizeChange
+from cuda_agent.tasks.inspect import run_probe
 from cuda_agent.tasks.task import Task, TaskError
 
 MAX_STEPS = 400
@@ -165,26 +163,8 @@ def _search_code() -> str:
 
 
 def _probe(task: Task, budget: SizeBudget, timeout_s: float) -> dict:
-    where = task.source or task.name
-    with tempfile.TemporaryDirectory(prefix="cuda-agent-sizes-") as tmp:
-        path = Path(tmp) / "model.py"
-        path.write_text(task.code)
-        try:
-            proc = subprocess.run(
-                [sys.executable, "-m", "cuda_agent.tasks.size_search", str(path),
-                 json.dumps(asdict(budget))],
-                capture_output=True, text=True, timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise TaskError(f"{where}: measuring the task's size took over "
-                            f"{timeout_s:.0f} s") from None
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise TaskError(f"{where}: measuring the task's size crashed: {tail}")
-    report = json.loads(lines[-1])
-    if "error" in report:
-        raise TaskError(f"{where}: {report['error']}")
-    return report
+    return run_probe(task, "cuda_agent.tasks.size_search", (json.dumps(asdict(budget)),),
+                     "measuring the task's size", "measuring the task's size", timeout_s)
 
 
 def _decode(data: dict) -> Sizing:
