@@ -100,7 +100,7 @@ class Judge:
     def warm(self, timeout_s: float = 60.0) -> bool:
         """Start spare worker sets up to ``warm_sets`` (one at least); wait until they wait
         for a job."""
-        self._refill(max(1, self.config.warm_sets if self.config.keep_warm else 1))
+        self._refill(self.config.warm_sets if self.config.keep_warm else 1)
         deadline = time.monotonic() + timeout_s
         return all(w.wait_idle(max(0.0, deadline - time.monotonic()))
                    for workers in self._spares for w in workers)
@@ -110,7 +110,7 @@ class Judge:
         verify and a profile call of an episode share them), up to ``warm_sets``."""
         if other is self or not other._spares or other._shape() != self._shape():
             return
-        while other._spares and len(self._spares) < max(1, self.config.warm_sets):
+        while other._spares and len(self._spares) < self.config.warm_sets:
             self._spares.append(other._spares.pop(0))
 
     def _refill(self, count: int) -> None:
@@ -155,9 +155,10 @@ class Judge:
         try:
             result = self._judge_once(sized, candidate, seed, profile)
         except JudgeError as exc:
-            if not reference_note(sizing):
+            note = reference_note(sizing)
+            if not note:
                 raise
-            raise JudgeError(f"{exc}{reference_note(sizing)}") from None
+            raise JudgeError(f"{exc}{note}") from None
         return marked(result, sizing, self.config)
 
     def _judge_once(self, task: Task, candidate: Candidate, seed: int, profile: bool
