@@ -373,7 +373,9 @@ def test_a_shared_gpu_lock_makes_the_judge_wait_for_its_turn(tmp_path: Path,
     os.close(fd)
     thread.join(300)
     phases = dict(results[0].phases)
-    assert phases["gpu_wait"] + phases["workers_start"] >= 6.0, phases
+    # a free lock is taken at once; what the judgement does before asking for it (sizing a
+    # task new to this home, say) shortens the wait below the 8 s the lock was held
+    assert phases["gpu_wait"] + phases["workers_start"] >= 1.0, phases
     assert phases["gpu_held"] > 0 and "reference" in phases
     assert results[0].compiled  # judged (this plain-PyTorch answer is then refused)
 
@@ -393,8 +395,10 @@ def test_judges_sharing_a_gpu_lock_measure_a_new_task_s_baselines_once(tmp_path:
     lock = tmp_path / "gpu0.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # both judgements start before either can take the turn
+    # sharing is what this tests, not the noise bound: an unsteady baseline (a loaded machine
+    # can give one) is not kept, and the second judgement would measure its own
     config = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
-                         trials=2, scales=(), gpu_lock=str(lock))
+                         trials=2, scales=(), gpu_lock=str(lock), trusted_rel_ci=100.0)
     results = []
     threads = [threading.Thread(target=lambda: results.append(judge(task, workspace, config)))
                for _ in range(2)]

@@ -176,12 +176,14 @@ class Worker:
         naming a ``cuda-fd`` pack (``confine.stage_candidate``'s), the lent pack goes now and
         is mapped then, not with the job."""
         line: dict[str, Any] = {"prepare": device, "record": record}
+        # counted before the write: a worker gone already never does it, so a wait for it
+        # lasts until the reader has seen the worker's end, not until a race is lost
+        self._asked += 1
         try:
             if fields is not None and self._lend(fields):
                 line.update({k: fields[k] for k in ("pack", "pack_bytes", "pack_device")})
             self.proc.stdin.write((json.dumps(line) + "\n").encode())
             self.proc.stdin.flush()
-            self._asked += 1
         except (BrokenPipeError, OSError):
             pass
 
