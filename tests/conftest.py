@@ -215,35 +215,37 @@ def once_per_run(factory: pytest.TempPathFactory, name: str) -> Iterator[tuple[P
 
 @dataclasses.dataclass(frozen=True)
 class OptimizeRun:
-    """``cuda-agent optimize`` of the built-in replay: its exit code, output and folder."""
+    """The README's quick start, ``.venv/bin/cuda-agent optimize``, run from a shell in a
+    fresh folder: its exit code, output (stdout and stderr) and the run folder it wrote."""
 
     exit_code: int
     output: str
     out: Path
 
 
+README_OPTIMIZE = ".venv/bin/cuda-agent optimize"
+"""The README's main job, as typed (the docs test's shell adds only quick judge settings)."""
+
+
 @pytest.fixture(scope="session")
 def builtin_replay_run(tmp_path_factory: pytest.TempPathFactory) -> OptimizeRun:
-    """The shipped replay of the built-in example solved on the CPU by ``cuda-agent
-    optimize`` (a real episode: builds, judgements, a final verdict), once for the whole
-    run: the tests that read its folder share it, as the xdist workers do."""
+    """The shipped replay of the built-in example solved on the CPU by the README's quick
+    start (a real episode: builds, judgements, a final verdict), once for the whole run: the
+    README's own test and the tests that read its folder share it, as the xdist workers do."""
     import json
 
-    from typer.testing import CliRunner
+    from tests.test_docs import run_command
 
-    from cuda_agent.cli.main import app
-
-    quick = ("trials=2", "time_compile=false", "time_budget_s=0.3")  # not what is tested
     with once_per_run(tmp_path_factory, "builtin-replay") as (folder, made):
         record = folder / "run.json"
         if made:
-            out = folder / "run"
-            done = CliRunner().invoke(app, [
-                "optimize", "--device", "cpu", "--out", str(out),
-                *(arg for value in quick for arg in ("--set", value)),
-                *(arg for value in quick for arg in ("--tool-set", value))])
-            record.write_text(json.dumps({"exit_code": done.exit_code, "output": done.output,
-                                          "out": str(out)}))
+            user = folder / "user"
+            user.mkdir()
+            done = run_command(README_OPTIMIZE, user)
+            runs = sorted((user / "cuda-agent-runs").glob("gelu_bias_scale-*"))
+            record.write_text(json.dumps({
+                "exit_code": done.returncode, "output": done.stdout + done.stderr,
+                "out": str(runs[0] if len(runs) == 1 else user / "cuda-agent-runs")}))
         fields = json.loads(record.read_text())
     return OptimizeRun(fields["exit_code"], fields["output"], Path(fields["out"]))
 

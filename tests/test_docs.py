@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import README_OPTIMIZE, OptimizeRun
+
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 
@@ -114,6 +116,8 @@ SKIP: dict[str, str] = {
 # Commands another test already runs as typed, or whose cost CI does not pay twice.
 SKIP.update({
     "cuda-agent optimize": "the README's `.venv/bin/cuda-agent optimize` above runs it",
+    ".venv/bin/cuda-agent optimize": "run once per test run (conftest's builtin_replay_run, "
+    "which the optimize and training tests read too) and checked by test_readme_quick_start",
     "cuda-agent synth catalog": "crawls torch's operators (about 2 minutes on 2 cores); "
         "tests/synth/test_catalog.py builds the catalog",
     "cuda-agent rollout builtin:gelu_bias_scale --model replay:builtin --out runs/r0 "
@@ -140,7 +144,7 @@ QUICK: dict[str, list[str]] = {
 }
 
 # Commands that take more than about a minute on a 2-core machine.
-SLOW = {".venv/bin/cuda-agent optimize", "cuda-agent synth --count 30 --out runs/ops30"}
+SLOW = {"cuda-agent synth --count 30 --out runs/ops30"}
 
 # A user's package for `cuda-agent extract`: a decoder whose layers hold an input_layernorm.
 MYPKG_MODEL = '''
@@ -263,13 +267,6 @@ GIVEN: dict[str, Callable[[Path], None]] = {
 }
 
 
-def _optimized(folder: Path, out: str) -> None:
-    (run,) = (folder / "cuda-agent-runs").glob("gelu_bias_scale-*")
-    assert (run / "report.md").is_file() and (run / "result" / "model_new.py").is_file()
-    assert json.loads((run / "judge.json").read_text())["reward"] >= 1
-    assert "result folder:" in out
-
-
 def _synthesized(folder: Path, out: str) -> None:
     data = folder / "runs" / "ops30"
     assert len((data / "jsonl" / "train.jsonl").read_text().splitlines()) == 30
@@ -303,7 +300,6 @@ def _openapi(folder: Path, out: str) -> None:
 
 # What the README says a command prints or leaves behind.
 SHOWS: dict[str, Callable[[Path, str], None]] = {
-    ".venv/bin/cuda-agent optimize": _optimized,
     "cuda-agent synth --count 30 --out runs/ops30": _synthesized,
     "cuda-agent synth check model.py --json": _checked,
     'cuda-agent extract mypkg.model:build -i "long[2,128]:0..32000" '
@@ -377,8 +373,9 @@ def run_command(command: str, folder: Path) -> subprocess.CompletedProcess[str]:
         shim = bin_dir / "cuda-agent"
         shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m cuda_agent "$@"\n')
         shim.chmod(0o755)
+    # on the CPU as this file says, on a GPU machine too (CUDA is the device tests' part)
     env = dict(os.environ, CUDA_AGENT_HOME=str(home), PYTHONPATH=str(REPO / "src"),
-               PATH=f"{bins[0]}{os.pathsep}{os.environ['PATH']}")
+               PATH=f"{bins[0]}{os.pathsep}{os.environ['PATH']}", CUDA_VISIBLE_DEVICES="")
     env.pop("CUDA_AGENT_TEST_HOME", None)
     line = " ".join([command, *QUICK.get(command, [])])
     if ">" in command:  # a redirection stays last
@@ -401,6 +398,20 @@ def test_documented_command(command: str, tmp_path: Path) -> None:
         assert line in done.stdout + done.stderr, f"{command!r} does not print {line!r}"
     if command in SHOWS:
         SHOWS[command](folder, done.stdout)
+
+
+@pytest.mark.slow
+def test_readme_quick_start(builtin_replay_run: OptimizeRun) -> None:
+    """The README's main job, run from a shell once per test run (conftest), exits 0,
+    prints what the README shows and leaves a judged result folder."""
+    run = builtin_replay_run
+    assert run.exit_code == 0, run.output[-3000:]
+    for line in dict(blocks(README.read_text()))[README_OPTIMIZE]:
+        assert line in run.output, f"{README_OPTIMIZE!r} does not print {line!r}"
+    assert run.out.name.startswith("gelu_bias_scale-"), run.out
+    assert (run.out / "report.md").is_file() and (run.out / "result" / "model_new.py").is_file()
+    assert json.loads((run.out / "judge.json").read_text())["reward"] >= 1
+    assert "result folder:" in run.output
 
 
 def test_skipped_and_tuned_commands_are_documented() -> None:

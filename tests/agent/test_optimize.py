@@ -20,7 +20,7 @@ runner = CliRunner()
 
 @pytest.mark.slow
 def test_optimize_builtin_replay_end_to_end(builtin_replay_run: OptimizeRun):
-    out = builtin_replay_run.out  # `optimize --device cpu --out OUT`, quick judge settings
+    out = builtin_replay_run.out  # the README's quick start, quick judge settings
     assert builtin_replay_run.exit_code == 0, builtin_replay_run.output
     judged = json.loads((out / "judge.json").read_text())
     assert judged["correct"] and judged["reward"] >= 1, judged

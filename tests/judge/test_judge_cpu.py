@@ -395,10 +395,12 @@ def test_judges_sharing_a_gpu_lock_measure_a_new_task_s_baselines_once(tmp_path:
     lock = tmp_path / "gpu0.lock"
     fd = os.open(lock, os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # both judgements start before either can take the turn
-    # sharing is what this tests, not the noise bound: an unsteady baseline (a loaded machine
-    # can give one) is not kept, and the second judgement would measure its own
+    # sharing is what this tests, not the noise rule: an unsteady baseline (a wide interval,
+    # or the judge's clock at odds with the calls', as a loaded machine gives) is not kept,
+    # and the second judgement would measure its own
     config = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.3,
-                         trials=2, scales=(), gpu_lock=str(lock), trusted_rel_ci=100.0)
+                         trials=2, scales=(), gpu_lock=str(lock), trusted_rel_ci=100.0,
+                         clock_slack_wall_ms=1000.0)
     results = []
     threads = [threading.Thread(target=lambda: results.append(judge(task, workspace, config)))
                for _ in range(2)]

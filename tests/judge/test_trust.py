@@ -117,9 +117,15 @@ def hogs(per_cpu: int = 3):
 
 
 def judged(home: Path, monkeypatch: pytest.MonkeyPatch):
+    """A judgement with a home of its own (no baseline measured before) whose kernel build
+    comes from the session's cache: the build is not what is tested, and under the hogs a
+    compile takes minutes from the tests running beside this one."""
+    from cuda_agent.paths import home_dir
+
+    build = QUICK.build.model_copy(update={"cache_dir": str(home_dir() / "build")})
     monkeypatch.setenv("CUDA_AGENT_HOME", str(home))
-    return Judge(QUICK).judge(load_task("builtin:gelu_bias_scale"),
-                              Candidate.from_ref("builtin:gelu_bias_scale", "cpu"))
+    return Judge(QUICK.model_copy(update={"build": build})).judge(
+        load_task("builtin:gelu_bias_scale"), Candidate.from_ref("builtin:gelu_bias_scale", "cpu"))
 
 
 def test_a_quiet_machine_keeps_the_speed_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

@@ -83,8 +83,9 @@ JUDGE = '''
 import sys
 from cuda_agent.judge import Candidate, Judge, JudgeConfig
 from cuda_agent.tasks import load_task
+# cpu_size="full": sizing runs the forward on meta first, where the spinning one never returns
 config = JudgeConfig(device="cpu", time_compile=False, min_runs=5, time_budget_s=0.5,
-                     process_timeout_s=3600)
+                     process_timeout_s=3600, cpu_size="full")
 Judge(config).judge(load_task(sys.argv[1]), Candidate.from_ref(sys.argv[2]))
 '''
 GONE_WITHIN_S = 60.0
