@@ -96,7 +96,7 @@ def test_an_honest_cache_is_reused_and_one_planted_under_load_is_measured_again(
     said = result.baselines[0]
     assert said.check is not None and said.measured_at.endswith("Z") and said.cpus
     assert result.eager_ms == honest.median_ms
-    assert "cached; measured 20" in baseline_lines(result)[0]
+    assert baseline_lines(result)[0].startswith(f"cached (at {said.measured_at} on cpu:")
     assert judge_result(to_dict(result)) == result  # travels through the pool intact
 
     _plant(measured.key, measured.baselines, 20.0)

@@ -89,9 +89,8 @@ def baseline_lines(result: JudgeResult) -> list[str]:
     lines = []
     for base in result.baselines:
         load = "" if base.load is None else f", load {base.load:.2f} on {base.cpus} CPUs"
-        line = (f"{ORIGINS.get(base.source, base.source)}; measured "
-                f"{base.measured_at or 'at an unknown time'} on {base.device_name or '?'}"
-                f"{load}")
+        line = (f"{ORIGINS.get(base.source, base.source)} (at "
+                f"{base.measured_at or 'an unknown time'} on {base.device_name or '?'}{load})")
         if base.check is not None:
             line += (f"; checked now: eager {base.check.median_ms:.4g} ms "
                      f"({base.check.ci_low_ms:.4g}-{base.check.ci_high_ms:.4g})")
