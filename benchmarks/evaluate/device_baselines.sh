@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Measure and cache the eager and torch.compile baselines of KernelBench levels 1 and 2 on a
-# GPU machine, in one call of under 9 minutes. Repository root, GPU machine:
+# Measure and cache the eager and torch.compile baselines of KernelBench (levels 1-3, all 250
+# tasks) on a GPU machine using every GPU, in calls of under 9 minutes. Repository root:
 #
 #   bash benchmarks/evaluate/device_baselines.sh OUT_DIR [KERNELBENCH_JSONL] [PREVIOUS_OUT]
 #
@@ -10,14 +10,22 @@
 # Shards end by DEADLINE_S seconds after the start (default 480; killed then at the latest)
 # and start no task in the last 120 s before it, so the call ends cleanly within 9 minutes;
 # the tasks left are reported as pending. PREVIOUS_OUT (an earlier call's OUT_DIR) resumes:
-# its rows are skipped. Writes OUT_DIR/gpuK/ (shard K's rows, summary and table) and
-# OUT_DIR/all/ (every row, summary.json, baselines.md), and prints the summary.
-# Environment: LEVELS (default 1,2), DEADLINE_S, NO_COMPILE=1 (eager only), PER_GPU.
+# its rows are skipped. Writes OUT_DIR/gpuK/ (shard K's rows, summary and table),
+# OUT_DIR/all/ (every row, one per task: baselines_record.py merge; summary.json,
+# baselines.md) and the versioned record OUT_DIR/all/baselines-JUDGE_VERSION.json (device,
+# commit, judge version, tasks done and pending, this call's and all calls' wall time), and
+# prints the summary.
+# SCALING_LIMIT=K instead measures the first K tasks twice, each time with a cache of its
+# own (nothing read from an earlier measurement): on GPU 0 alone, then on every GPU; it
+# writes OUT_DIR/scaling.json (both wall times and their ratio), which a later call's
+# record carries when given the same OUT_DIR's scaling.json (SCALING=path).
+# Environment: LEVELS (default 1,2,3), DEADLINE_S, NO_COMPILE=1 (eager only), PER_GPU,
+# SCALING_LIMIT, SCALING.
 set -uo pipefail
 OUT=${1:?OUT_DIR}
 KB=${2:-shared/kernelbench/kernelbench.jsonl}
 PREV=${3:-}
-LEVELS=${LEVELS:-1,2}
+LEVELS=${LEVELS:-1,2,3}
 DEADLINE_S=${DEADLINE_S:-480}
 PER_GPU=${PER_GPU:-3}
 mkdir -p "$OUT/all"
@@ -46,33 +54,55 @@ LEFT=$(( KILL - 120 ))
 [ "$LEFT" -gt 10 ] || LEFT=10
 echo "== shards start tasks for ${LEFT}s, are stopped after ${KILL}s at the latest"
 
-SHARDS=$(( NGPU * PER_GPU ))
-THREADS=$(( $(nproc) / SHARDS )); [ "$THREADS" -ge 1 ] || THREADS=1
-LOCKS=$(mktemp -d)
-for ((k = 0; k < SHARDS; k++)); do
-  g=$(( k % NGPU ))
-  LOCK=()
-  [ "$PER_GPU" -gt 1 ] && LOCK=(--set "judge.gpu_lock=$LOCKS/gpu$g.lock")
-  mkdir -p "$OUT/gpu$k"
-  cp "$OUT/all/previous.jsonl" "$OUT/gpu$k/baselines.jsonl"
-  CUDA_VISIBLE_DEVICES=$g TORCHINDUCTOR_COMPILE_THREADS=$THREADS timeout -k 5 "$KILL" \
-    python3 -m cuda_agent baselines "$KB" --out "$OUT/gpu$k" --device cuda \
-    --shard "$k/$SHARDS" --time-limit "$LEFT" "${OPTS[@]}" "${LOCK[@]}" \
-    > "$OUT/gpu$k/log.txt" 2>&1 &
-done
-wait
-for ((k = 0; k < SHARDS; k++)); do echo "-- shard $k (GPU $(( k % NGPU )))"; tail -4 "$OUT/gpu$k/log.txt"; done
+# shards() GPUS KILL LEFT OUT [OPTIONS...]: PER_GPU shards on each of the first GPUS GPUs
+shards() {
+  local use=$1 kill=$2 left=$3 out=$4; shift 4
+  local n=$(( use * PER_GPU )) threads locks k g
+  threads=$(( $(nproc) / n )); [ "$threads" -ge 1 ] || threads=1
+  locks=$(mktemp -d)
+  for ((k = 0; k < n; k++)); do
+    g=$(( k % use ))
+    local lock=()
+    [ "$PER_GPU" -gt 1 ] && lock=(--set "judge.gpu_lock=$locks/gpu$g.lock")
+    mkdir -p "$out/gpu$k"
+    [ -f "$out/all/previous.jsonl" ] && cp "$out/all/previous.jsonl" "$out/gpu$k/baselines.jsonl"
+    CUDA_VISIBLE_DEVICES=$g TORCHINDUCTOR_COMPILE_THREADS=$threads timeout -k 5 "$kill" \
+      python3 -m cuda_agent baselines "$KB" --out "$out/gpu$k" --device cuda \
+      --shard "$k/$n" --time-limit "$left" "${OPTS[@]}" "${lock[@]}" "$@" \
+      > "$out/gpu$k/log.txt" 2>&1 &
+  done
+  wait
+  for ((k = 0; k < n; k++)); do echo "-- shard $k (GPU $(( k % use )))"; tail -4 "$out/gpu$k/log.txt"; done
+  python3 benchmarks/evaluate/baselines_record.py merge "$out"
+}
 
-# every row in one folder; the summary counts the tasks of all shards (nothing is measured)
-# (each shard's file starts with the earlier rows: one row per task, the last one kept)
-cat "$OUT/all/previous.jsonl" "$OUT"/gpu*/baselines.jsonl | python3 -c "
+if [ -n "${SCALING_LIMIT:-}" ]; then
+  HALF=$(( (KILL - 20) / 2 ))
+  for USE in 1 "$NGPU"; do
+    T0=$(date +%s)
+    mkdir -p "$OUT/scale$USE/home/build" "$OUT/scale$USE/all"
+    cp -r "${CUDA_AGENT_HOME:-$HOME/.cache/cuda-agent}/build/." "$OUT/scale$USE/home/build/" 2>/dev/null
+    CUDA_AGENT_HOME="$OUT/scale$USE/home" shards "$USE" "$HALF" "$(( HALF - 60 ))" \
+      "$OUT/scale$USE" --limit "$SCALING_LIMIT"
+    echo "$(( $(date +%s) - T0 ))" > "$OUT/scale$USE/wall_s"
+  done
+  python3 -c "
 import json, sys
-rows = {}
-for line in sys.stdin:
-    if line.strip():
-        rows[json.loads(line)['key']] = line
-sys.stdout.writelines(rows.values())" > "$OUT/all/baselines.jsonl"
+out, n, k = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+one, many = (float(open(f'{out}/scale{u}/wall_s').read()) for u in (1, n))
+done = [sum(1 for _ in open(f'{out}/scale{u}/all/baselines.jsonl')) for u in (1, n)]
+json.dump({'tasks': k, 'done': done, 'gpus': n, 'wall_s_one_gpu': one,
+           'wall_s_all_gpus': many, 'scaling': round(one / many, 3)},
+          open(f'{out}/scaling.json', 'w'), indent=2)
+print(open(f'{out}/scaling.json').read())" "$OUT" "$NGPU" "$SCALING_LIMIT"
+  echo "== done in $(( $(date +%s) - START ))s"
+  exit 0
+fi
+
+shards "$NGPU" "$KILL" "$LEFT" "$OUT"
 rm -f "$OUT/all/previous.jsonl"
 CUDA_VISIBLE_DEVICES=0 timeout 120 python3 -m cuda_agent baselines "$KB" --out "$OUT/all" \
   --device cuda --report-only "${OPTS[@]}" 2>&1 | tail -12
+python3 benchmarks/evaluate/baselines_record.py record "$OUT" --wall-s "$(( $(date +%s) - START ))" \
+  --gpus "$NGPU" --per-gpu "$PER_GPU" ${PREV:+--previous "$PREV"} ${SCALING:+--scaling "$SCALING"}
 echo "== done in $(( $(date +%s) - START ))s"

@@ -4,6 +4,7 @@
     python3 benchmarks/execution/pool_load.py --gpus 0 --jobs-per-gpu 3 --jobs window \
         --window-s 60 --out OUT --label 1gpu-x3
     python3 benchmarks/execution/pool_load.py --gpus 0,1 --jobs 40 --out OUT --label 2gpu
+    python3 benchmarks/execution/pool_load.py --gpus 0,1 --backend ray --out OUT --label ray2
     python3 benchmarks/execution/pool_load.py --summarize OUT
     # CPU only (tests the logic): the CPU solution of the built-in task; with --cpu-lock two
     # CPU workers share one GPU turn, as the judges on one GPU do
@@ -126,7 +127,7 @@ def is_fresh(index: int, share: float) -> bool:
 
 def run_case(args: argparse.Namespace) -> dict[str, Any]:
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # nvidia-smi's numbering
-    from cuda_agent.execution import JobFailed, JudgePool, PoolConfig
+    from cuda_agent.execution import JobFailed, PoolConfig, make_pool
     from cuda_agent.judge import JudgeConfig
     from cuda_agent.judge.gpu_turn import LOG_ENV
     from cuda_agent.results import JudgeResult
@@ -153,7 +154,8 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
         turn_log.unlink(missing_ok=True)
         os.environ[LOG_ENV] = str(turn_log)  # the pool's workers inherit it
     pool_cfg = PoolConfig(gpus=gpus, cpu_workers=args.cpu_workers, judge=judge,
-                          job_timeout_s=args.job_timeout_s, retries=1, jobs_per_gpu=per_gpu)
+                          job_timeout_s=args.job_timeout_s, retries=1, jobs_per_gpu=per_gpu,
+                          backend=args.backend)
     places = [f"gpu{g}" if per_gpu == 1 else f"gpu{g}.{i}" for g in gpus
               for i in range(per_gpu)] or [f"cpu{k}" for k in range(args.cpu_workers)]
     workers = len(places)
@@ -162,12 +164,13 @@ def run_case(args: argparse.Namespace) -> dict[str, Any]:
     run_id = f"{args.label}-{uuid.uuid4().hex[:8]}"
     report: dict[str, Any] = {
         "label": args.label, "device": device, "gpus": gpus, "workers": workers, "mix": mix,
+        "backend": args.backend,
         "fresh_share": args.fresh, "judge": judge.model_dump(mode="json"),
         "machine": machine(gpus)}
     print(f"== {args.label}: {workers} worker(s) on {places}, mix {mix}, "
           f"fresh builds {args.fresh:.0%}", flush=True)
 
-    with JudgePool(pool_cfg) as pool:
+    with make_pool(pool_cfg) as pool:
         # warm-up 1: each answer as it is (builds cached, baselines measured and cached)
         names = [mix[k % len(mix)] for k in range(max(len(mix), workers))]
         t = time.monotonic()
@@ -401,6 +404,9 @@ def main() -> int:
                         "its own, 8 on CUDA)")
     parser.add_argument("--job-timeout-s", type=float, default=300.0)
     parser.add_argument("--sample-ms", type=int, default=100)
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="the pool's backend (PoolConfig.backend): worker processes, or "
+                        "Ray actors (a Ray instance started on this machine)")
     parser.add_argument("--label", default="")
     parser.add_argument("--out", type=Path, default=Path("/tmp/pool_load"))
     parser.add_argument("--summarize", type=Path, default=None, metavar="OUT",

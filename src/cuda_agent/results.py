@@ -144,6 +144,31 @@ class ShapeResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class BaselineSource:
+    """Where a verdict's eager and torch.compile baselines came from, and when and where they
+    were measured (``judge.recheck``)."""
+
+    source: str
+    """'measured' (timed by this judgement), 'cached' (read from the shared cache and held
+    to a fresh check), 'remeasured' (cached, but the fresh check disagreed: timed again by
+    this judgement) or 'judge' (measured by an earlier judgement of the same judge, kept in
+    its memory, and held to a fresh check)."""
+    measured_at: str = ""
+    """When the figures were measured: UTC, ISO 8601 to the second."""
+    load: float | None = None
+    """The machine's load average over the minute before they were measured."""
+    cpus: int | None = None
+    """The CPUs the measuring process could use."""
+    device_name: str = ""
+    """The device they were measured on (the GPU's name, or the CPU's model and count)."""
+    check: TimingStats | None = None
+    """The fresh check of eager a cached baseline was held to (a short timing of the
+    reference in this judgement); None where none was made."""
+    shape: str = ""
+    """The input shape they belong to, for a task declaring several (``shapes``)."""
+
+
+@dataclasses.dataclass(frozen=True)
 class JudgeResult:
     """The judge's verdict on one candidate for one task: what the reward is computed from."""
 
@@ -181,3 +206,6 @@ class JudgeResult:
     size: tuple[SizeChange, ...] = ()
     """The task's size constants the judge reduced to run it on the CPU (``tasks.sizes``,
     ``JudgeConfig.cpu_size``); empty when it ran the task at its own size."""
+    baselines: tuple[BaselineSource, ...] = ()
+    """Where the baselines of the times above came from (one per input shape); empty when
+    nothing was timed."""

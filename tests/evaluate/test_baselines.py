@@ -21,7 +21,7 @@ from tests.evaluate.test_run import RELU
 FAST = JudgeConfig(device="cpu", trials=2, scales=(), time_compile=False, time_budget_s=0.3,
                    trusted_rel_ci=100.0)
 SETS = ["--set", "judge.trials=2", "--set", "judge.scales=[]", "--set",
-        "judge.time_budget_s=0.3"]
+        "judge.time_budget_s=0.3", "--set", "judge.trusted_rel_ci=100.0"]
 
 
 @pytest.fixture(scope="module")

@@ -79,15 +79,21 @@ def compare(
     a: Path = typer.Argument(..., help="Output folder of the first run (holds metrics.json)."),
     b: Path = typer.Argument(..., help="Output folder of the second run."),
 ) -> None:
-    """Print two runs' tables side by side (Markdown), each cell 'A -> B (delta)'."""
+    """Compare two runs (Markdown): the verdict, the pass rate and the tasks that regressed
+    first, geomeans over each run's correct answers beside those over all tasks and over
+    the tasks correct in both; then both runs' tables per level, each cell 'A -> B'."""
     from cuda_agent.evaluate import compare_markdown, table_from_dict
+    from cuda_agent.evaluate.compare import compare_runs, comparison_markdown
+    from cuda_agent.evaluate.run import RESULTS, read_results, record_from_row
 
-    tables = []
+    tables, records = [], []
     for folder in (a, b):
-        path = folder / "metrics.json"
-        if not path.is_file():
-            raise bad_input(f"{path}: not found; run `cuda-agent eval` first")
-        tables.append(table_from_dict(json.loads(path.read_text())))
+        for name in ("metrics.json", RESULTS):
+            if not (folder / name).is_file():
+                raise bad_input(f"{folder / name}: not found; run `cuda-agent eval` first")
+        tables.append(table_from_dict(json.loads((folder / "metrics.json").read_text())))
+        records.append([record_from_row(row) for row in read_results(folder).values()])
+    typer.echo(comparison_markdown(compare_runs(*records), str(a), str(b)))
     typer.echo(compare_markdown(tables[0], tables[1], str(a), str(b)))
 
 

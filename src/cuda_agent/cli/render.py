@@ -56,6 +56,8 @@ def print_judge(result: JudgeResult) -> None:
     table.add_row("eager", f"{_ms(result.eager_ms)}  (speed-up {_x(result.speedup_vs_eager)})")
     table.add_row("torch.compile",
                   f"{_ms(result.compile_ms)}  (speed-up {_x(result.speedup_vs_compile)})")
+    for line in baseline_lines(result):
+        table.add_row("baselines", line)
     if result.correctness and result.correctness.checked_calls:
         table.add_row("checked", f"{result.correctness.checked_calls} calls "
                       f"(trials={result.correctness.trials} at scale 1, the rest at other "
@@ -74,6 +76,26 @@ def print_judge(result: JudgeResult) -> None:
         console.print(f"  judged by {result.judge_version}, seed {result.seed}", highlight=False)
     if result.build and not result.build.ok:
         print_build(result.build)
+
+
+ORIGINS = {"measured": "measured now", "cached": "cached", "remeasured":
+           "cached, disagreed with the fresh check: measured again now",
+           "judge": "measured by this judge earlier"}
+
+
+def baseline_lines(result: JudgeResult) -> list[str]:
+    """Where each set of the verdict's baselines came from, when and where they were
+    measured, and the fresh check a cached one was held to."""
+    lines = []
+    for base in result.baselines:
+        load = "" if base.load is None else f", load {base.load:.2f} on {base.cpus} CPUs"
+        line = (f"{ORIGINS.get(base.source, base.source)} (at "
+                f"{base.measured_at or 'an unknown time'} on {base.device_name or '?'}{load})")
+        if base.check is not None:
+            line += (f"; checked now: eager {base.check.median_ms:.4g} ms "
+                     f"({base.check.ci_low_ms:.4g}-{base.check.ci_high_ms:.4g})")
+        lines.append(f"shape {base.shape}: {line}" if base.shape else line)
+    return lines
 
 
 def print_shapes(result: JudgeResult) -> None:

@@ -51,7 +51,8 @@ def compare_markdown(a: EvalTable, b: EvalTable, name_a: str = "A", name_b: str 
     rows_b = {row.name: row for row in b.rows}
     names = [r.name for r in a.levels] + [r.name for r in b.levels if r.name not in rows_a]
     names = sorted(set(names), key=names.index) + [a.overall.name]
-    lines = [f"{name_a} -> {name_b} (delta: percentage points, or x for geomeans)", "",
+    lines = [f"Per level, {name_a} -> {name_b} (delta: percentage points, or x for geomeans; "
+             "a geomean runs over each run's own correct answers)", "",
              "| | tasks | " + " | ".join(title for title, _ in COLUMNS) + " |",
              "|---" * (len(COLUMNS) + 2) + "|"]
     for name in names:

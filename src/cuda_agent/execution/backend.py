@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from cuda_agent.results import (
+    BaselineSource,
     BuildResult,
     CorrectnessResult,
     JudgeResult,
@@ -276,6 +277,9 @@ def judge_result(data: dict[str, Any]) -> JudgeResult:
         fields[key] = tuple(fields.get(key, ()))
     fields["phases"] = tuple(tuple(p) for p in fields.get("phases", ()))
     fields["size"] = tuple(SizeChange(**c) for c in fields.get("size", ()))
+    fields["baselines"] = tuple(
+        BaselineSource(**{**b, "check": TimingStats(**b["check"]) if b.get("check") else None})
+        for b in fields.get("baselines", ()))
     fields["shapes"] = tuple(ShapeResult(**{**s, "reasons": tuple(s.get("reasons", ()))})
                              for s in fields.get("shapes", ()))
     return JudgeResult(**fields)

@@ -65,9 +65,9 @@ def time_baselines(plan: JudgePlan, ref: WorkerOutcome, ref_clock: JudgeClock | 
     finally:
         close_all(spares)
     meaning = ref.result.get("time_meaning", "wall")
-    base = baseline_cache.Baselines(_stats(runs["eager"], meaning, cfg),
-                                    _stats(runs["compile"], meaning, cfg),
-                                    ref.result.get("bandwidth_gbs"), meaning)
+    base = baseline_cache.stamp(baseline_cache.Baselines(
+        timing_of(runs["eager"], meaning, cfg), timing_of(runs["compile"], meaning, cfg),
+        ref.result.get("bandwidth_gbs"), meaning), plan.device)
     if cfg.time and cfg.cache_baselines and cfg.store_baselines and timed and _steady(base, cfg):
         baseline_cache.store(plan.baseline_key, base)
     return base
@@ -84,7 +84,8 @@ def _agree(runs: list[Timed], tolerance: float) -> bool:
     return (max(medians) - min(medians)) <= tolerance * statistics.fmean(medians)
 
 
-def _stats(runs: list[Timed], meaning: str, cfg: Any) -> TimingStats | None:
+def timing_of(runs: list[Timed], meaning: str, cfg: Any) -> TimingStats | None:
+    """The processes' times pooled and held to the judge's clock (``verify.bounded``)."""
     if not runs:
         return None
     return bounded([run_stats(run) for run in runs], [run.clock for run in runs], meaning,

@@ -1,7 +1,9 @@
 """Cache of eager and torch.compile baseline timings, measured in their own clean processes.
 
 Keyed by task content, device name, torch version, precision, judge version and the timing
-settings, so a rule change or another machine never reuses a stale figure.
+settings, so a rule change or another machine never reuses a stale figure. Each entry says
+when and where it was measured (``stamp``): a judgement holds a cached figure to a fresh
+check of its own (``recheck``) and names its origin in the verdict.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass
+import time
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,24 @@ class Baselines:
     bandwidth_gbs: float | None
     meaning: str = "wall"
     """What the times mean (a key of ``timing.TIME_MEANINGS``)."""
+    measured_at: float | None = None
+    """When they were measured (seconds since the epoch); None where unknown."""
+    load: float | None = None
+    """The load average over the minute before."""
+    cpus: int | None = None
+    """The CPUs the measuring process could use."""
+    device_name: str = ""
+    """The device they were measured on (``device_name``)."""
+
+
+def stamp(baselines: Baselines, device: str) -> Baselines:
+    """``baselines`` marked as measured now, on this machine's ``device``."""
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
+    return replace(baselines, measured_at=time.time(), load=load,
+                   cpus=len(os.sched_getaffinity(0)), device_name=device_name(device))
 
 
 def device_name(device: str) -> str:
@@ -50,14 +71,15 @@ def _path(key: str) -> Path:
 
 
 def load(key: str) -> Baselines | None:
+    """The entry under ``key``; None when there is none or it cannot be read as one."""
     path = _path(key)
     try:
         data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        stats = {k: TimingStats(**data[k]) if data.get(k) else None
+                 for k in ("eager", "compile")}
+        return Baselines(**{**data, **stats})
+    except (OSError, ValueError, TypeError, AttributeError):
         return None
-    stats = {k: TimingStats(**data[k]) if data.get(k) else None for k in ("eager", "compile")}
-    return Baselines(stats["eager"], stats["compile"], data.get("bandwidth_gbs"),
-                     data.get("meaning", "wall"))
 
 
 def store(key: str, baselines: Baselines) -> None:
@@ -66,3 +88,8 @@ def store(key: str, baselines: Baselines) -> None:
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(asdict(baselines)))
     tmp.replace(path)
+
+
+def forget(key: str) -> None:
+    """Remove the entry under ``key`` (a figure found wrong), if there is one."""
+    _path(key).unlink(missing_ok=True)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from cuda_agent.build.builder import BuildConfig
 
-JUDGE_VERSION = "judge-v20"
+JUDGE_VERSION = "judge-v21"
 """Bump whenever correctness, timing or reward rules change; results record it. One line
 per version: docs/judge-versions.md."""
 
@@ -140,6 +140,16 @@ class JudgeConfig(BaseModel):
         "cached. A quiet machine's intervals are a few percent at most (a run at "
         "floor_runs spans its calls' whole range); a loaded one's reach several times the "
         "median.")
+    baseline_check_s: float | None = Field(
+        0.25, gt=0, description="A cached baseline is held, in every judgement that reads "
+        "it, to a fresh check: the held reference's calls timed again, ending from 5 calls "
+        "on once they took this long by the judge's clock (at most baseline_check_calls). "
+        "Where the cached eager interval and the check's, each widened by trusted_rel_ci, do "
+        "not overlap (a figure measured on a loaded machine read on a quiet one, or the "
+        "reverse), both baselines are measured again (judge.recheck). None: cached baselines "
+        "are used unchecked.")
+    baseline_check_calls: int = Field(
+        20, ge=5, description="Timed calls of the fresh check at most (above).")
     keep_warm: bool = Field(
         False, description="Start the next judgement's worker processes as soon as a "
         "judgement takes its own, so they start up while it runs and repeated judgements skip "
@@ -220,14 +230,16 @@ class JudgeConfig(BaseModel):
 
 
 IN_EPISODE = {"candidate_processes": 1, "baseline_processes": 2, "store_baselines": False,
-              "check_budget_s": 8.0, "target_rel_ci": 0.01, "time_budget_s": 1.0}
+              "check_budget_s": 8.0, "target_rel_ci": 0.01, "time_budget_s": 1.0,
+              "baseline_check_s": 0.1, "baseline_check_calls": 10}
 """What the agent's own verify and profile calls (its tools, the workspace's commands, the
 MCP server's and the service's) change in a judge's settings: the candidate timed in one
 process and each baseline in two at most, to a 1% interval within a second of timed calls
 (the agent compares its own edits; the verdict's 0.2% on CUDA is the final judgement's,
 and its baselines' 5 processes), so that a new task's baselines start few processes at
 once beside the episode's workers, and an edited kernel is
-built, checked and timed in seconds, and on a task whose call takes seconds fewer calls
+built, checked and timed in seconds (a cached baseline's fresh check: 10 calls or 0.1 s
+from 5 calls on), and on a task whose call takes seconds fewer calls
 checked (at least one at scale 1 with its float64 twin and one scaled), so that verify
 stays within 30 s. The final judgement, evaluation and rewards keep the steadier, fuller
 default."""

@@ -4,9 +4,10 @@
 
 1. snapshot: copy what may be read of the candidate; 2. static check of ``model_new.py``;
 3. build (workspaces; the reference's first job runs meanwhile); 4. the reference: weights
-and the sizes of a call, which plan the kept calls; 5. baselines, cached or measured in
-processes of their own; 6. the candidate, in fresh confined processes, every call handed
-out and timed by the judge (``driver``), some kept at random; 7. the reference's answers for
+and the sizes of a call, which plan the kept calls; 5. baselines, cached (held to a fresh
+check of the reference, ``recheck``) or measured in processes of their own; 6. the
+candidate, in fresh confined processes, every call handed out and timed by the judge
+(``driver``), some kept at random; 7. the reference's answers for
 exactly the calls kept; 8. compare them, and the kept inputs; 9. time: the candidate's,
 bounded by the judge's clock; 10. reward.
 
@@ -39,6 +40,7 @@ from cuda_agent.judge.cpu_size import judged_task, marked, reference_note
 from cuda_agent.judge.gpu_turn import SHARED, GpuTurn
 from cuda_agent.judge.memory import worker_limit
 from cuda_agent.judge.plan import JudgeError, JudgePlan
+from cuda_agent.judge.recheck import checked, source
 from cuda_agent.judge.record import Verdict
 from cuda_agent.judge.retime import Staging, run_candidate, time_again
 from cuda_agent.judge.runner import WORKER_DIR, Worker, close_all
@@ -255,8 +257,15 @@ class Judge:
                 cached, ahead.measure = found, False
             (ref, ref_clock), staged = ahead.join()
             with verdict.phase("baselines"):
-                base = cached or time_baselines(plan, ref, ref_clock, self._worker,
-                                                self._timer(), self._turn)
+                if cached is not None:  # held to a fresh check of the held reference
+                    base = checked(verdict, plan, ahead.workers[0], cached,
+                                   self._origin(plan, cached), self._worker, self._timer(),
+                                   self._turn)
+                else:
+                    base = time_baselines(plan, ref, ref_clock, self._worker, self._timer(),
+                                          self._turn)
+                    if base.eager is not None:
+                        verdict.baselines.append(source("measured", base))
         return ref, staged, base
 
     def _turn_phases(self, result: JudgeResult, before: tuple[float, float, float]
@@ -272,9 +281,15 @@ class Judge:
             ("gpu_held", round(shared + exclusive, 4)), ("gpu_exclusive", round(exclusive, 4))))
 
     def _cached(self, plan: JudgePlan) -> Any:
+        """Baselines this judge measured itself and kept (store_baselines off), else the
+        shared cache's: the judge's own are the later figure, taken under its conditions."""
         if not self.config.cache_baselines:
             return None
-        return plan.cached_baselines() or self._baselines.get(plan.baseline_key)
+        return self._baselines.get(plan.baseline_key) or plan.cached_baselines()
+
+    def _origin(self, plan: JudgePlan, found: Any) -> str:
+        """Where ``_cached`` found ``found``: this judge's memory, or the shared cache."""
+        return "judge" if self._baselines.get(plan.baseline_key) is found else "cached"
 
     def _failed(self, verdict: Verdict, done, worker: Worker) -> JudgeResult:
         if not done.ok:

@@ -21,15 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cuda_agent.judge.baseline_runs import time_baselines
 from cuda_agent.judge.baselines import Baselines
-from cuda_agent.judge.clock import ClockError, judge_clock
 from cuda_agent.judge.config import JudgeConfig
 from cuda_agent.judge.cpu_size import judged_task
 from cuda_agent.judge.judge import Judge
-from cuda_agent.judge.memory import reference_error, worker_limit
-from cuda_agent.judge.plan import JudgeError, JudgePlan
-from cuda_agent.judge.turn_phases import trusted_job
+from cuda_agent.judge.plan import JudgePlan
+from cuda_agent.judge.recheck import measure_fresh
 from cuda_agent.tasks.shapes import shape_tasks
 from cuda_agent.tasks.task import Task
 
@@ -67,7 +64,7 @@ def measure_baselines(task: Task, config: JudgeConfig | None = None, refresh: bo
         if cached is not None:
             return MeasuredBaselines(cached, True, plan.baseline_key, judge.device,
                                      time.perf_counter() - start)
-        base = _measure(judge, plan, task)
+        base = measure_fresh(plan, judge._worker, judge._timer(), judge._turn)
     return MeasuredBaselines(base, False, plan.baseline_key, judge.device,
                              time.perf_counter() - start)
 
@@ -96,35 +93,11 @@ def measure_ahead(judge: Judge, task: Task) -> int:
             with judge._turn.first_to_measure():
                 if judge._cached(plan) is not None:
                     continue
-                base = _measure(judge, plan, shaped)
+                base = measure_fresh(plan, judge._worker, judge._timer(), judge._turn)
             if not cfg.store_baselines:
                 judge._baselines[plan.baseline_key] = base
             measured += 1
     return measured
-
-
-def _measure(judge: Judge, plan: JudgePlan, task: Task) -> Baselines:
-    """The reference timed in a fresh process, then the baselines from it (``time_baselines``).
-    Judges sharing a GPU (config.gpu_lock) hold its turn shared through the first calls
-    (torch.compile's compilation) and exclusive through the timing (judge.gpu_turn)."""
-    config = plan.cfg
-    turn, worker = judge._turn, judge._worker()
-    with trusted_job(turn) as turns:
-        try:
-            driver = worker.drive(plan.baseline_driver(), turns=turns)
-            ref = worker.run(plan.job("reference", time=True, bandwidth=True,
-                                      tracer=judge._timer(),
-                                      shared_gpu=turn.path is not None),
-                             config.process_timeout_s)
-        finally:
-            worker.close()
-    if not ref.ok:
-        raise JudgeError(reference_error(task.name, ref, worker_limit(config, judge.device)))
-    try:
-        clock = judge_clock(driver.records)
-    except ClockError as exc:
-        raise JudgeError(f"reference's calls could not be timed: {exc}") from None
-    return time_baselines(plan, ref, clock, judge._worker, judge._timer(), turn)
 
 
 def baseline_key(task: Task, config: JudgeConfig, device: str) -> str:

@@ -197,11 +197,12 @@ class JudgePlan:
         """The warm-up's seconds on CUDA (clocks ramp up); none on the CPU."""
         return 0.2 if self.device.startswith("cuda") else 0.0
 
-    def baseline_driver(self) -> DriverPlan:
-        """How the judge drives a baseline's timing calls (nothing kept)."""
+    def baseline_driver(self, timing: dict[str, Any] | None = None) -> DriverPlan:
+        """How the judge drives a baseline's timing calls (nothing kept), to ``timing``
+        (the judgement's own where None; a cached baseline's fresh check is shorter)."""
         return DriverPlan(keep=0, wall_share=self.wall_share(), warmup=self.cfg.warmup,
                           warmup_s=self._warmup_s(), rng=self.rng.child(),
-                          **self._timed_phases(self.timing))
+                          **self._timed_phases(timing or self.timing))
 
     def wall_share(self) -> float:
         return WALL_SHARE_CUDA if self.device.startswith("cuda") else 1.0

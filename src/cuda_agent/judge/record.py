@@ -9,7 +9,13 @@ from typing import Any
 
 from cuda_agent.judge.config import JUDGE_VERSION
 from cuda_agent.judge.reward import milestone_reward
-from cuda_agent.results import BuildResult, CorrectnessResult, JudgeResult, TimingStats
+from cuda_agent.results import (
+    BaselineSource,
+    BuildResult,
+    CorrectnessResult,
+    JudgeResult,
+    TimingStats,
+)
 from cuda_agent.tasks.task import Task
 
 
@@ -36,6 +42,11 @@ class Verdict:
         self.doubts: dict[str, str | None] = {}
         """Per baseline ('eager', 'torch.compile'): why a speed-up over it cannot be told
         from noise (``trust.doubt``), None where it can."""
+        self.unsettled: dict[str, str] = {}
+        """Per baseline: why its figure, measured again after a cached one disagreed with a
+        fresh check, still cannot be trusted (``recheck``)."""
+        self.baselines: list[BaselineSource] = []
+        """Where the baselines came from (``recheck.source``)."""
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -80,14 +91,16 @@ class Verdict:
             profile=self.profile, flags=tuple(self.flags), seed=self.seed, timing=self.timing,
             eager_timing=self.eager_timing, compile_timing=self.compile_timing,
             time_meaning=self.time_meaning, isolation=self.isolation,
-            phases=tuple((k, round(v, 4)) for k, v in self.phases.items()))
+            phases=tuple((k, round(v, 4)) for k, v in self.phases.items()),
+            baselines=tuple(self.baselines))
 
 
     def _trusted(self, reward: int) -> int:
         """``reward`` with a milestone whose speed-up noise could explain taken away, and
-        the reason why (``trust.doubt``)."""
-        if reward >= 2 and self.doubts.get("eager"):
-            self.reasons.append(self.doubts["eager"])
+        the reason why (``trust.doubt``; ``recheck`` for a baseline that stays unsettled)."""
+        eager = self.doubts.get("eager") or self.unsettled.get("eager")
+        if reward >= 2 and eager:
+            self.reasons.append(eager)
             return 1
         if reward == 3 and self.doubts.get("torch.compile"):
             self.reasons.append(self.doubts["torch.compile"])

@@ -76,4 +76,6 @@ def combine(parts: Sequence[tuple[str, JudgeResult]], declared: int) -> JudgeRes
         correctness=_correctness(results),
         flags=_merged([(name, r.flags) for name, r in parts], len(parts)),
         phases=tuple(phases.items()), shapes=shapes,
+        baselines=tuple(dataclasses.replace(b, shape=name) for name, r in parts
+                        for b in r.baselines),
         size=tuple(dict.fromkeys(c for r in results for c in r.size)))

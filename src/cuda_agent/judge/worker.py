@@ -137,14 +137,19 @@ def _report(result: dict[str, Any], path: Path) -> None:
 
 def _follow_ups(out: Path, mark) -> None:
     """A held worker's further jobs, one JSON line each, until stdin closes (the
-    reference's kept calls, ``roles.reference_kept``); each result goes to
-    ``result-N.json``, then ``ready`` is marked."""
+    reference's kept calls, ``roles.reference_kept``, or a fresh timing of its calls,
+    ``roles.reference_check``); each result goes to ``result-N.json``, then ``ready`` is
+    marked."""
     from cuda_agent.judge import roles
 
     for number, line in enumerate(sys.stdin, start=1):
         result: dict[str, Any] = {"ok": False, "stage": "followup"}
         try:
-            roles.reference_kept(json.loads(line), out, result, number)
+            job = json.loads(line)
+            if job.get("check_time"):
+                roles.reference_check(job, result)
+            else:
+                roles.reference_kept(job, out, result, number)
             result["ok"] = True
         except BaseException as exc:
             result["error"] = f"{type(exc).__name__}: {str(exc)[:ERROR_CHARS]}"
