@@ -71,10 +71,10 @@ def base_config(args: argparse.Namespace, work: Path, model: Path, train: list[s
     }
 
 
-def config_for(data: dict[str, Any], **sections: dict[str, Any]) -> Any:
+def config_for(base: dict[str, Any], **sections: dict[str, Any]) -> Any:
     from cuda_agent.train.config import load_config
 
-    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in data.items()}
+    merged = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
     for name, values in sections.items():
         merged[name] = {**merged.get(name, {}), **values}
     return load_config(data=merged)
@@ -175,6 +175,8 @@ def report(out: Path, work: Path, table: dict[str, dict[str, float]],
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    value = tuple(r for r in value if r.get("stage") == "value")  # metrics.jsonl is shared
+    ppo = tuple(r for r in ppo if r.get("stage") == "ppo")
     ev = [r["explained_variance"] for r in value]
     results = {"heldout": table, "elapsed_s": stamps, "rft_actor_on_train": own,
                "value_explained_variance": {"first_step": ev[0], "last_step": ev[-1]},
