@@ -4,7 +4,10 @@
     cuda-agent train rft --config configs/train/tiny.yaml
 
 The weights are random (seeded): the model writes noise, which is all the trainer's CPU
-pipeline needs. Nothing is downloaded.
+pipeline needs. Nothing is downloaded. The tokenizer is trained on the texts an episode
+shows the model (the agent's prompts, both SKILL.md templates, the tool specs, the shipped
+examples' code), so an agent trajectory takes about as many tokens as with a real model's
+tokenizer (one token per 3-4 characters), not one per byte.
 """
 
 from __future__ import annotations
@@ -15,6 +18,25 @@ from pathlib import Path
 CORPUS = ('<tool_call>{"name": "write_file", "arguments": {"path": "kernels/k.cpp", '
           '"content": "#include <torch/extension.h>"}}</tool_call> system user assistant '
           "tool submit build verify profile model_new.py ModelNew forward return")
+SUFFIXES = (".md", ".j2", ".py", ".cpp", ".cu", ".h")
+VOCAB = 4096
+
+
+def episode_texts() -> list[str]:
+    """What an episode shows the model: prompts, SKILL.md templates, the tool specs and the
+    shipped examples (read from the installed package)."""
+    import json
+
+    import cuda_agent
+    from cuda_agent.agent.tool_specs import SPECS
+
+    package = Path(cuda_agent.__file__).resolve().parent
+    texts = [CORPUS, json.dumps([spec.parameters for spec in SPECS]),
+             "\n".join(f"{spec.name}: {spec.description}" for spec in SPECS)]
+    for folder in ("agent/prompts", "train/prompts", "workspace/templates", "examples"):
+        texts += [p.read_text() for p in sorted((package / folder).rglob("*"))
+                  if p.is_file() and p.suffix in SUFFIXES]
+    return texts
 
 
 def bpe_tokenizer(corpus: list[str], vocab: int):
@@ -33,13 +55,12 @@ def bpe_tokenizer(corpus: list[str], vocab: int):
                                    pad_token="<|endoftext|>", clean_up_tokenization_spaces=False)
 
 
-def make_tiny_model(folder: Path, layers: int = 2, hidden: int = 32, vocab: int = 400,
-                    positions: int = 32768,
-                    seed: int = 0) -> Path:
+def make_tiny_model(folder: Path, layers: int = 2, hidden: int = 32, vocab: int = VOCAB,
+                    positions: int = 32768, seed: int = 0) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    tokenizer = bpe_tokenizer([CORPUS] * 20, vocab)
+    tokenizer = bpe_tokenizer(episode_texts(), vocab)
     eos = tokenizer.eos_token_id
     config = GPT2Config(vocab_size=len(tokenizer), n_positions=positions, n_embd=hidden,
                         n_layer=layers, n_head=2, bos_token_id=eos, eos_token_id=eos)

@@ -49,6 +49,35 @@ def test_masked_gae_gamma_and_ignores_masked_rewards() -> None:
     assert adv[0].tolist() == pytest.approx([0.0, 0.6, 0.0, 0.0, 1.2])
 
 
+def loop_gae(rewards, values, mask, gamma, lam):
+    """The recurrence token by token, from the right (the definition, for comparison)."""
+    adv = torch.zeros_like(values, dtype=torch.float64)
+    for b in range(values.shape[0]):
+        next_value = next_adv = 0.0
+        for t in range(values.shape[1] - 1, -1, -1):
+            if mask[b, t] > 0:
+                delta = float(rewards[b, t]) + gamma * next_value - float(values[b, t])
+                next_adv = delta + gamma * lam * next_adv
+                adv[b, t], next_value = next_adv, float(values[b, t])
+    return adv, (adv + values.double()) * (mask > 0)
+
+
+@pytest.mark.parametrize(("length", "gamma", "lam"), [
+    (7, 1.0, 0.95), (300, 1.0, 0.95), (20_000, 0.99, 0.95), (500, 1.0, 1.0), (500, 0.9, 0.0)])
+def test_masked_gae_matches_the_token_recurrence(length: int, gamma: float, lam: float
+                                                 ) -> None:
+    # rows longer than a block (128) and than a block of blocks (16,384) take the carries
+    generator = torch.Generator().manual_seed(length)
+    mask = (torch.rand(3, length, generator=generator) < 0.6).float()
+    mask[2] = 0.0  # a row without policy tokens
+    values = torch.randn(3, length, generator=generator, dtype=torch.float64)
+    rewards = torch.randn(3, length, generator=generator, dtype=torch.float64)
+    adv, ret = masked_gae(rewards, values, mask, gamma=gamma, lam=lam)
+    want_adv, want_ret = loop_gae(rewards, values, mask, gamma, lam)
+    torch.testing.assert_close(adv, want_adv, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(ret, want_ret, rtol=1e-9, atol=1e-9)
+
+
 def test_masked_gae_all_masked_is_zero() -> None:
     mask = torch.zeros(2, 4)
     adv, ret = masked_gae(torch.ones(2, 4), torch.ones(2, 4), mask)

@@ -155,6 +155,20 @@ def test_value_pretraining_explained_variance(tiny_model, make_trajectory, tmp_p
     assert all(r["stage"] == "value" and "loss" in r for r in records)
 
 
+def test_value_pretraining_sees_every_outcome(tiny_model, make_trajectory, tmp_path):
+    # two failed and two fast episodes: the critic learns from all four (RFT keeps two)
+    turns = [Turn(act(call("submit")), [(True, "submitted")])]
+    paths = [str(make_trajectory(turns, reward=r)) for r in (-1, -1, 2, 2)]
+    optim = {"max_steps": 1, "batch_size": 4, "micro_batch_size": 2}
+    config = tiny_config(tiny_model, tmp_path / "v", optim=optim,
+                         data={"trajectories": paths, "max_len": 8192})
+    assert config.data.select and not config.data.value_select
+    assert train_value(config).metrics[0]["reward"] == pytest.approx(0.5)
+    only_kept = tiny_config(tiny_model, tmp_path / "s", optim=optim, data={
+        "trajectories": paths, "max_len": 8192, "value_select": True})
+    assert train_value(only_kept).metrics[0]["reward"] == pytest.approx(2.0)
+
+
 def test_cli_reports_config_errors(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("model: {path: m}\nppo: {clip_hi: 1}\n")

@@ -145,6 +145,61 @@ def _zero_runs(trace) -> list[tuple[int, int]]:
     return runs
 
 
+# -- the recipes' schedules, read as verl's trainer reads them ----------------------------
+
+
+def recipe(name: str) -> dict[str, Any]:
+    """A PPO recipe over common_ppo.yaml (its defaults entry), merged as Hydra merges."""
+    import yaml
+
+    def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+        out = dict(base)
+        for key, value in over.items():
+            out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(
+                out.get(key), dict) else value
+        return out
+
+    own = yaml.safe_load((RECIPES / f"{name}.yaml").read_text())
+    assert "common_ppo" in own["defaults"], name
+    common = yaml.safe_load((RECIPES / "common_ppo.yaml").read_text())
+    return merge(common, {k: v for k, v in own.items() if k not in ("hydra", "defaults")})
+
+
+def actor_updates(trainer: dict[str, Any]) -> int:
+    """Actor updates of a run: verl's RayPPOTrainer.fit runs global steps 1 .. total and
+    updates the actor at step s when ``critic_warmup <= s`` (the critic at every step)."""
+    total, warmup = trainer["total_training_steps"], trainer["critic_warmup"]
+    return sum(1 for s in range(1, total + 1) if warmup <= s)
+
+
+def test_value_pretraining_never_updates_the_actor():
+    config = recipe("value_pretrain")
+    assert config["trainer"]["total_training_steps"] > 0
+    assert actor_updates(config["trainer"]) == 0
+    assert actor_updates({**config["trainer"], "total_training_steps": 10_000}) == 0
+    assert config["algorithm"] == {"adv_estimator": "gae", "gamma": 1.0, "lam": 0.95,
+                                   "use_kl_in_reward": False}
+    assert config["critic"]["optim"]["lr"] == 6.0e-6
+
+
+def test_ppo_recipes_update_the_actor_every_step_with_the_papers_settings():
+    for name in ("single_turn_warmup", "ppo"):
+        trainer = recipe(name)["trainer"]
+        assert actor_updates(trainer) == trainer["total_training_steps"], name
+    config = recipe("ppo")
+    actor, rollout = config["actor_rollout_ref"]["actor"], config["actor_rollout_ref"]["rollout"]
+    assert config["trainer"]["total_training_steps"] == 150
+    assert config["data"]["train_batch_size"] == 1024
+    assert (actor["optim"]["lr"], config["critic"]["optim"]["lr"]) == (3.0e-6, 6.0e-6)
+    assert (actor["clip_ratio_low"], actor["clip_ratio_high"]) == (0.2, 0.28)
+    assert actor["loss_agg_mode"] == "token-mean"
+    assert (rollout["max_model_len"], rollout["multi_turn"]["max_assistant_turns"]) == (
+        131072, 150)
+    assert (config["algorithm"]["gamma"], config["algorithm"]["lam"]) == (1.0, 0.95)
+    warmup = recipe("single_turn_warmup")["actor_rollout_ref"]["rollout"]
+    assert (warmup["max_model_len"], warmup["multi_turn"]["max_assistant_turns"]) == (32768, 1)
+
+
 # -- (b) with verl installed -------------------------------------------------------------
 
 

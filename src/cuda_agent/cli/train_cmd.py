@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from cuda_agent.cli.exits import bad_input
+from cuda_agent.cli.exits import bad_input, failed
 from cuda_agent.cli.render import console
 
 app = typer.Typer(help="Train the actor and critic: RFT, value pretraining, PPO (one GPU).",
@@ -30,6 +30,7 @@ def _run(stage: str, config_path: Path, sets: list[str]) -> None:
     from cuda_agent.tasks import TaskError
     from cuda_agent.train.batch import TrainDataError
     from cuda_agent.train.config import TrainConfigError, load_config
+    from cuda_agent.train.guards import TrainSignalError
     from cuda_agent.train.models import ModelLoadError
 
     try:
@@ -45,6 +46,8 @@ def _run(stage: str, config_path: Path, sets: list[str]) -> None:
     except (TrainConfigError, TrainDataError, ModelLoadError, TaskError, PolicyError,
             ValueError) as exc:
         raise bad_input(exc) from None
+    except TrainSignalError as exc:  # usable input, nothing learned: the job failed
+        raise failed(exc) from None
     last = result.metrics[-1] if result.metrics else {}
     shown = ", ".join(f"{k} {last[k]:.4g}" for k in ("loss", "reward", "explained_variance")
                       if isinstance(last.get(k), (int, float)))

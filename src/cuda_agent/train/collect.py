@@ -27,7 +27,10 @@ PROMPTS = Path(__file__).resolve().parent / "prompts"
 
 
 class Collector(Protocol):
-    """Anything that returns one PPO step's samples (``samples.Sample``)."""
+    """Anything that returns one PPO step's samples (``samples.Sample``); ``last_results``
+    holds the step's episode results (``EpisodeResult``; empty for the toy task)."""
+
+    last_results: list[Any]
 
     def collect(self, step: int) -> list[Any]: ...
 
@@ -120,6 +123,7 @@ class ToyCollector:
 
     def __init__(self, config: TrainConfig, actor: Any, tokenizer: Any):
         self.config, self.actor, self.tokenizer = config, actor, tokenizer
+        self.last_results: list[Any] = []
         self.prompt = tokenizer(config.toy.prompt, add_special_tokens=False)["input_ids"]
         target = tokenizer(config.toy.target, add_special_tokens=False)["input_ids"]
         if len(target) != 1 or not self.prompt:

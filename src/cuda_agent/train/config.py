@@ -69,6 +69,9 @@ class DataConfig(_Section):
                          "selection (positive reward, no loops, no malformed calls).")
     selection: dict[str, Any] = Field(default_factory=dict, description="Options of the "
                                       "selection (its config's fields).")
+    value_select: bool = Field(False, description="Value pretraining: pass the "
+                               "trajectories through the RFT selection too; false: the "
+                               "critic learns from every outcome, failures included.")
 
 
 class OptimConfig(_Section):

@@ -98,8 +98,8 @@ class ValueModel(nn.Module):
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None) -> Tensor:
         with compute_precision(self):
             out = self.backbone(input_ids=input_ids, attention_mask=attention_mask,
-                                output_hidden_states=True)
-        hidden = out.hidden_states[-1]  # [B, T, H]
+                                use_cache=False)  # the last layer only; no KV cache
+        hidden = out.last_hidden_state  # [B, T, H]
         return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)  # [B, T]
 
     def save(self, folder: Path) -> None:

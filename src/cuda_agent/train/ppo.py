@@ -22,12 +22,18 @@ import torch
 from torch import nn
 
 from cuda_agent.train.batch import Batch, chunks, collate
-from cuda_agent.train.collect import EpisodeCollector, ToyCollector
+from cuda_agent.train.collect import Collector, EpisodeCollector, ToyCollector
 from cuda_agent.train.config import TrainConfig
+from cuda_agent.train.guards import (
+    check_gradients,
+    check_positions,
+    check_tokens,
+    check_truncation,
+)
 from cuda_agent.train.models import ValueModel, load_actor, load_critic, save_actor, token_logprobs
 from cuda_agent.train.progress import Progress
 from cuda_agent.train.rft import StageResult
-from cuda_agent.train.run import Run, make_optimizer, seed_everything
+from cuda_agent.train.run import Run, clip_and_step, make_optimizer, seed_everything
 from cuda_agent.train.value import critic_step, critic_targets, pooled_explained_variance
 
 
@@ -81,7 +87,7 @@ def actor_step(actor: nn.Module, optimizer: Any, batches: list[Batch],
     """One actor optimiser step over micro-batches (token-mean surrogate + KL)."""
     from cuda_agent.train.rl import kl_penalty, ppo_policy_loss
 
-    opt, schedule = optimizer
+    opt, _ = optimizer
     ppo = config.ppo
     total_mask = sum(float(b.mask.sum()) for b in batches) or 1.0
     opt.zero_grad(set_to_none=True)
@@ -97,17 +103,14 @@ def actor_step(actor: nn.Module, optimizer: Any, batches: list[Batch],
         sums["kl"] += float(kl.detach()) * weight
         sums["clip_fraction"] += stats["clip_fraction"] * weight
         sums["approx_kl"] += stats["approx_kl"] * weight
-    norm = torch.nn.utils.clip_grad_norm_([p for p in actor.parameters() if p.requires_grad],
-                                          config.optim.grad_clip)
-    opt.step()
-    schedule.step()
-    return {**sums, "grad_norm": float(norm)}
+    return {**sums, "grad_norm": clip_and_step(actor, optimizer, config.optim.grad_clip)}
 
 
 def ppo_update(actor: nn.Module, critic: ValueModel, reference: Reference | None,
                samples: list[Any], optimizers: dict[str, Any], config: TrainConfig,
-               pad_id: int, train_actor: bool) -> dict[str, float]:
-    """All the updates of one step; averaged metrics."""
+               pad_id: int, train_actor: bool, step: int) -> dict[str, float]:
+    """All the updates of one step; averaged metrics. Fails when every update's gradient
+    of the actor (or of the critic) was zero."""
     device = next(actor.parameters()).device
     minibatches = chunks(samples, config.optim.batch_size)
     micro = [[collate(m, pad_id, device) for m in chunks(mb, config.optim.micro_batch_size)]
@@ -118,16 +121,21 @@ def ppo_update(actor: nn.Module, critic: ValueModel, reference: Reference | None
                                     for b, p in zip(batches, ps, strict=True)])
     totals: dict[str, float] = {}
     updates = 0
+    norms: dict[str, list[float]] = {"actor": [], "critic": []}
     for _ in range(config.ppo.ppo_epochs):
         for batches, ps in zip(micro, parts, strict=True):
             stats = actor_step(actor, optimizers["actor"], batches, ps, config) \
                 if train_actor else {}
-            stats["value_loss"] = critic_step(critic, optimizers["critic"], batches,
-                                              [p["returns"] for p in ps],
-                                              [p["values"] for p in ps], config)
+            stats.update(critic_step(critic, optimizers["critic"], batches,
+                                     [p["returns"] for p in ps], [p["values"] for p in ps],
+                                     config))
+            norms["actor"] += [stats["grad_norm"]] if train_actor else []
+            norms["critic"].append(stats["value_grad_norm"])
             for key, value in stats.items():
                 totals[key] = totals.get(key, 0.0) + value
             updates += 1
+    check_gradients(norms["actor"], "ppo (actor)", step)
+    check_gradients(norms["critic"], "ppo (critic)", step)
     metrics = {k: v / updates for k, v in totals.items()}
     metrics["explained_variance"] = ev
     metrics["tokens"] = float(sum(b.tokens for batches in micro for b in batches))
@@ -139,10 +147,12 @@ def ppo_update(actor: nn.Module, critic: ValueModel, reference: Reference | None
 def train_ppo(config: TrainConfig) -> StageResult:
     seed_everything(config.optim.seed)
     actor, tokenizer = load_actor(config.model)
+    if config.ppo.mode != "toy":  # the toy task's samples are ppo.toy's few tokens
+        check_positions(config, actor)
     critic = load_critic(config.model)
     reference = Reference(actor) if config.ppo.kl_coef > 0 else None
     run = Run(config, "ppo")
-    collector: Any = (ToyCollector(config, actor, tokenizer) if config.ppo.mode == "toy"
+    collector: Collector = (ToyCollector(config, actor, tokenizer) if config.ppo.mode == "toy"
                       else EpisodeCollector(config, actor, tokenizer, run.out / "rollouts"))
     optimizers = {"actor": make_optimizer(actor, config.optim.lr, config),
                   "critic": make_optimizer(critic, config.optim.critic_lr, config)}
@@ -156,18 +166,18 @@ def train_ppo(config: TrainConfig) -> StageResult:
             begin = time.perf_counter()
             samples = collector.collect(step)
             rollout_s = time.perf_counter() - begin
+            check_truncation(collector.last_results, config, step)
+            check_tokens(samples, f"ppo step {step}", config.data.max_len)
             rewards = [float(s.reward) for s in samples]
             metrics: dict[str, float] = {"reward": sum(rewards) / max(len(rewards), 1),
                                          "episodes": float(len(samples)),
                                          "rollout_s": rollout_s}
-            if samples:  # tokens per second of the update alone (rollout_s is apart)
-                begin = time.perf_counter()
-                metrics.update(ppo_update(actor, critic, reference, samples, optimizers,
-                                          config, tokenizer.pad_token_id,
-                                          train_actor=step > config.ppo.critic_warmup_steps))
-                metrics["update_s"] = time.perf_counter() - begin
-                metrics["tokens_per_s"] = metrics.pop("tokens") / max(metrics["update_s"],
-                                                                      1e-9)
+            begin = time.perf_counter()  # tokens per second of the update alone
+            metrics.update(ppo_update(actor, critic, reference, samples, optimizers, config,
+                                      tokenizer.pad_token_id,
+                                      step > config.ppo.critic_warmup_steps, step))
+            metrics["update_s"] = time.perf_counter() - begin
+            metrics["tokens_per_s"] = metrics.pop("tokens") / max(metrics["update_s"], 1e-9)
             run.log(step, metrics, force=step == steps)
             run.maybe_save(step, step == steps, modules, optimizers)
             progress.advance(metrics)

@@ -30,9 +30,10 @@ from cuda_agent.train.batch import (
     trajectory_paths,
 )
 from cuda_agent.train.config import TrainConfig
+from cuda_agent.train.guards import check_gradients, check_positions, check_tokens
 from cuda_agent.train.models import load_actor, save_actor, token_logprobs
 from cuda_agent.train.progress import Progress
-from cuda_agent.train.run import Run, make_optimizer, seed_everything
+from cuda_agent.train.run import Run, clip_and_step, make_optimizer, seed_everything
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +53,14 @@ def sft_loss(model: nn.Module, batch: Batch, denominator: float) -> torch.Tensor
     return -(logprobs * batch.mask).sum() / max(denominator, 1.0)
 
 
-def load_samples(config: TrainConfig, tokenizer: Any) -> list[Any]:
-    """The selected trajectories of the config as Samples (at least one)."""
+def load_samples(config: TrainConfig, tokenizer: Any, select: bool | None = None
+                 ) -> list[Any]:
+    """The trajectories of the config as Samples with a model token (at least one), passed
+    through the RFT selection when ``select`` (default ``data.select``)."""
     from cuda_agent.train.samples import SampleError, samples_from_trajectory
 
     paths = trajectory_paths(config)
-    if config.data.select:
+    if config.data.select if select is None else select:
         from cuda_agent.train.select import SelectConfig, select_trajectories
 
         report = select_trajectories(paths, SelectConfig(**config.data.selection))
@@ -71,11 +74,10 @@ def load_samples(config: TrainConfig, tokenizer: Any) -> list[Any]:
             samples.append(samples_from_trajectory(path, tokenizer, max_len=config.data.max_len))
         except SampleError:
             continue
-    trainable = [s for s in samples if sum(s.loss_mask) > 0]
-    if not trainable:
-        raise TrainDataError(f"none of the {len(samples)} samples has an assistant token "
-                             f"within data.max_len={config.data.max_len} tokens")
-    return trainable
+    if not samples:
+        raise TrainDataError(f"none of the {len(paths)} trajectories has a model token")
+    check_tokens(samples, f"{len(paths)} trajectories", config.data.max_len)
+    return [s for s in samples if any(s.loss_mask)]
 
 
 def fit(config: TrainConfig, stage: str, name: str, model: nn.Module, lr: float,
@@ -96,6 +98,7 @@ def fit(config: TrainConfig, stage: str, name: str, model: nn.Module, lr: float,
             chosen = [samples[i] for i in batch_indices(len(samples), config.optim.batch_size,
                                                         config.optim.seed, k - 1)]
             metrics = step(chosen, optimizer, device)
+            check_gradients([metrics["grad_norm"]], stage, k)
             run.log(k, metrics, force=k == steps)
             run.maybe_save(k, k == steps, modules, optimizers)
             progress.advance(metrics)
@@ -105,6 +108,7 @@ def fit(config: TrainConfig, stage: str, name: str, model: nn.Module, lr: float,
 def train_rft(config: TrainConfig) -> StageResult:
     seed_everything(config.optim.seed)
     actor, tokenizer = load_actor(config.model)
+    check_positions(config, actor)
     samples = load_samples(config, tokenizer)
 
     def step(chosen: list[Any], optimizer: Any, device: torch.device) -> dict[str, float]:
@@ -131,11 +135,8 @@ def rft_step(model: nn.Module, optimizer: Any, samples: list[Any], pad_id: int,
         loss = sft_loss(model, batch, denominator)
         loss.backward()
         total += float(loss.detach())
-    norm = torch.nn.utils.clip_grad_norm_(
-        [p for p in model.parameters() if p.requires_grad], config.optim.grad_clip)
-    opt.step()
-    schedule.step()
+    norm = clip_and_step(model, optimizer, config.optim.grad_clip)
     seconds = time.perf_counter() - begin
     tokens = sum(b.tokens for b in micro)
-    return {"loss": total, "grad_norm": float(norm), "lr": schedule.get_last_lr()[0],
+    return {"loss": total, "grad_norm": norm, "lr": schedule.get_last_lr()[0],
             "tokens_per_s": tokens / max(seconds, 1e-9), "mask_tokens": denominator}

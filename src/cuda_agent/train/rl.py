@@ -18,6 +18,7 @@ from torch import Tensor
 
 __all__ = [
     "explained_variance",
+    "discounted_suffix_sum",
     "kl_penalty",
     "masked_gae",
     "masked_mean",
@@ -82,27 +83,48 @@ def masked_gae(
         A_i     = delta_i + gamma * lam * A_{i+1}               (A_{n+1} = 0)
         R_i     = A_i + V_{t_i}
     Rewards on masked-out positions are ignored. Returns ``(advantages, returns)``, both
-    ``[B, T]`` with zeros where mask == 0. Computed without gradient.
+    ``[B, T]`` with zeros where mask == 0. Computed without gradient, with no loop over
+    tokens: each row's policy tokens are packed to the front (a stable sort keeps their
+    order), the deltas are taken there, and A is their discounted sum from the right.
     """
     with torch.no_grad():
-        m = (mask > 0).to(values.dtype)
-        zero = torch.zeros_like(m)
-        r = torch.where(m > 0, rewards.to(values.dtype), zero)
-        v = torch.where(m > 0, values.detach(), zero)
-        B, T = v.shape
-        adv = torch.zeros_like(v)
-        next_value = torch.zeros(B, dtype=v.dtype, device=v.device)
-        next_adv = torch.zeros(B, dtype=v.dtype, device=v.device)
-        for t in range(T - 1, -1, -1):
-            mt = m[:, t]
-            delta = r[:, t] + gamma * next_value - v[:, t]
-            a = delta + gamma * lam * next_adv
-            adv[:, t] = a * mt
-            # Masked positions carry the next policy token's value/advantage through.
-            next_value = torch.where(mt > 0, v[:, t], next_value)
-            next_adv = torch.where(mt > 0, a, next_adv)
-        returns = (adv + v) * m
+        keep = mask > 0
+        m = keep.to(values.dtype)
+        order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)  # [B, T]
+        packed_m = m.gather(1, order)
+        packed_v = torch.where(keep, values.detach(), 0.0).gather(1, order)
+        packed_r = torch.where(keep, rewards.to(values.dtype), 0.0).gather(1, order)
+        next_v = torch.nn.functional.pad(packed_v[:, 1:], (0, 1))  # 0 after the last
+        delta = (packed_r + gamma * next_v - packed_v) * packed_m
+        packed_adv = discounted_suffix_sum(delta, gamma * lam) * packed_m
+        adv = torch.zeros_like(packed_adv).scatter(1, order, packed_adv)
+        returns = (adv + torch.where(keep, values.detach(), 0.0)) * m
     return adv, returns
+
+
+def discounted_suffix_sum(x: Tensor, c: float, block: int = 128) -> Tensor:
+    """``y[:, i] = sum_{j >= i} c^(j - i) x[:, j]`` over the last dimension of ``[B, N]``.
+
+    Blocks of ``block`` tokens are summed by one matrix product each; the sum carried in
+    from the next block is the same recurrence on the blocks' first entries with factor
+    ``c^block``, solved the same way, so the work is a few matmuls, not N steps."""
+    B, N = x.shape
+    powers = c ** torch.arange(block, dtype=x.dtype, device=x.device)  # c^0 .. c^(K-1)
+    powers = powers.masked_fill(powers < 1e-30, 0.0)  # no subnormals: they are slow on CPUs
+    if block >= N:
+        offsets = torch.arange(N, device=x.device)
+        gap = offsets[None, :] - offsets[:, None]  # [i, j] = j - i
+        weights = torch.where(gap >= 0, powers[:N][gap.clamp(min=0)], 0.0)
+        return x @ weights.T
+    blocks = -(-N // block)
+    padded = torch.nn.functional.pad(x, (0, blocks * block - N)).view(B, blocks, block)
+    local = discounted_suffix_sum(padded.reshape(B * blocks, block), c, block)
+    local = local.view(B, blocks, block)
+    starts = discounted_suffix_sum(local[:, :, 0], c ** block, block)  # [B, blocks]
+    carried = torch.nn.functional.pad(starts[:, 1:], (0, 1))  # the next block's start
+    tail = c * powers.flip(0)  # c^(K - i) for i = 0 .. K-1
+    out = local + tail[None, None, :] * carried[:, :, None]
+    return out.reshape(B, blocks * block)[:, :N]
 
 
 def ppo_policy_loss(

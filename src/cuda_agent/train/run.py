@@ -45,6 +45,17 @@ def make_optimizer(model: nn.Module, lr: float, config: TrainConfig
     return optimizer, schedule
 
 
+def clip_and_step(model: nn.Module, optimizer: Any, clip: float) -> float:
+    """Clip the gradient norm of ``model``'s trainable weights, step the optimiser and its
+    schedule (``optimizer`` is the pair make_optimizer returns); the norm before clipping."""
+    opt, schedule = optimizer
+    norm = torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                          clip)
+    opt.step()
+    schedule.step()
+    return float(norm)
+
+
 class Run:
     """The output folder of one training command."""
 

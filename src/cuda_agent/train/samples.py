@@ -60,6 +60,8 @@ class Sample:
     """How the ids were obtained: "tokens" (recorded TokenViews) or "template" (rendered)."""
     truncated: bool = False
     """True when the sequence was cut to ``max_len`` (the prefix is kept)."""
+    first_model_token: int = 0
+    """Index of the policy's first token in the uncut sequence (the prompt's length)."""
 
     def __len__(self) -> int:
         return len(self.input_ids)
@@ -80,7 +82,7 @@ def samples_from_trajectory(trajectory: Trajectory | str | Path, tokenizer: Any,
         source = "template"
     if 1 not in mask:
         raise SampleError(f"trajectory of {task!r} has no assistant tokens")
-    last = len(mask) - mask[::-1].index(1)
+    first, last = mask.index(1), len(mask) - mask[::-1].index(1)
     ids, mask = ids[:last], mask[:last]
     logprobs = logprobs[:last] if logprobs is not None else None
     truncated = max_len is not None and len(ids) > max_len
@@ -88,7 +90,7 @@ def samples_from_trajectory(trajectory: Trajectory | str | Path, tokenizer: Any,
         ids, mask = ids[:max_len], mask[:max_len]
         logprobs = logprobs[:max_len] if logprobs is not None else None
     return Sample(tuple(ids), tuple(mask), tuple(logprobs) if logprobs is not None else None,
-                  reward, task, source, truncated)
+                  reward, task, source, truncated, first)
 
 
 def _task_and_reward(traj: Trajectory) -> tuple[str, float]:
