@@ -34,8 +34,10 @@ class ConfinementUnavailable(RuntimeError):
     """``confine='on'`` was asked for where namespaces cannot be made."""
 
 
-def confinement(mode: str) -> Confinement | None:
-    """The confinement for candidate workers under ``JudgeConfig.confine``, or None."""
+def confinement(mode: str, build_dir: Path | None = None) -> Confinement | None:
+    """The confinement for candidate workers under ``JudgeConfig.confine``, or None; the
+    candidate sees the judge's home and ``build_dir`` (where its module was built, which a
+    ``build.cache_dir`` setting may put outside the home), read-only."""
     if mode == "off":
         return None
     from cuda_agent.execution.sandbox import SandboxConfig, hidden_needs
@@ -48,8 +50,11 @@ def confinement(mode: str) -> Confinement | None:
                 "util-linux unshare and root or unprivileged user namespaces)")
         return None
     home = home_dir()
-    home.mkdir(parents=True, exist_ok=True)  # must exist now to be bound into the namespace
-    paths = [str(home), *(p for p in sys.path if p)]
+    for folder in (home, build_dir):  # must exist now to be bound into the namespace
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+    paths = [str(home), *([str(build_dir)] if build_dir is not None else []),
+             *(p for p in sys.path if p)]
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return Confinement(keep=tuple(hidden_needs(SandboxConfig(ro_paths=paths))),
                        pack_bytes=min(64 * 2**30, ram // 2))

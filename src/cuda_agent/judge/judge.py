@@ -77,7 +77,8 @@ class Judge:
         self.device = resolve_device(self.config.device)
         self.builder = Builder(self.config.build.model_copy(update={"device": self.device}))
         try:
-            self._confinement = confine.confinement(self.config.confine)
+            self._confinement = confine.confinement(self.config.confine,
+                                                     self.config.build.resolved_cache())
         except confine.ConfinementUnavailable as exc:
             raise JudgeError(str(exc)) from None
         self._spares: list[list[Worker]] = []
