@@ -118,6 +118,28 @@ def check(task: str = typer.Argument(..., help="A task: FILE.py or PATH::SELECTO
         raise typer.Exit(REFUSED)
 
 
+@app.command("recheck")
+def recheck_cmd(out: Path = typer.Argument(..., help="A synthesized set's folder."),
+                times: int = typer.Option(3, help="Re-checks of every accepted task."),
+                workers: int | None = typer.Option(None, help="Worker processes (default: "
+                                                   "the run's).")) -> None:
+    """Re-check every accepted task TIMES times with the run's filters: all must agree."""
+    from cuda_agent.synth.stability import recheck
+
+    if not (out / "run" / "config.json").is_file():
+        raise bad_input(f"{out}: no synthesized set here (run/config.json is missing)")
+    with _bar() as bar:
+        job = bar.add_task("re-checks", total=None)
+        result = recheck(out, times, workers,
+                         progress=lambda done, total: bar.update(job, completed=done,
+                                                                 total=total))
+    console.print(f"{result['stable']} of {result['tasks']} tasks accepted at all {times} "
+                  f"re-checks ({result['refusals']} refusals: {result['reasons']}); see "
+                  f"{out / 'recheck.json'}")
+    if result["refused_tasks"]:
+        raise typer.Exit(REFUSED)
+
+
 @app.command("catalog")
 def catalog(out: Path | None = typer.Option(None, help="Catalog file (default: the shipped "
                                             "one inside the package)."),
