@@ -112,7 +112,12 @@ def write_outputs(run: Path, m: dict[str, Any], start: float) -> dict[str, Any]:
             done["summary"] = "written by this report (run was stopped)"
         else:
             done["summary"] = "written by the pipeline (run finished)"
-        done["summary_accepted"] = json.loads(summary.read_text())["accepted"]
+        written = json.loads(summary.read_text())
+        done["summary_accepted"] = written["accepted"]
+        done["compute_heavy_share"] = written.get("compute_heavy_share")
+        done["op_classes"] = written.get("op_classes")
+        done["kernelbench"] = written.get("kernelbench")
+        done["card"] = str(run / "card.md") if (run / "card.md").is_file() else "missing"
     except Exception as exc:  # noqa: BLE001
         done["summary_error"] = f"{type(exc).__name__}: {exc}"
     return done
@@ -150,6 +155,12 @@ def markdown(m: dict[str, Any], args: argparse.Namespace, files: dict[str, Any])
          f" / {files.get('parquet_rows', files.get('parquet_error', '-'))}"
          f" / {files.get('summary_accepted', files.get('summary_error', '-'))}"),
     ]
+    if "card" in files:
+        classes = ", ".join(f"{k} {v:.0%}" for k, v in (files["op_classes"] or {}).items())
+        rows += [("compute-heavy share (whole set)", files["compute_heavy_share"]),
+                 ("op classes (share of operators)", classes or "-"),
+                 ("KernelBench decontamination", files["kernelbench"]),
+                 ("data-set card", files["card"])]
     if m["earlier_candidates"]:
         rows.append(("earlier session (not counted)",
                      f"{m['earlier_candidates']} candidates, {m['earlier_rows']} rows"))

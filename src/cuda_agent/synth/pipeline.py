@@ -22,7 +22,7 @@ from cuda_agent.synth.catalog import load_catalog, op_class
 from cuda_agent.synth.compose import Candidate, Composer, RulesComposer
 from cuda_agent.synth.config import SynthConfig
 from cuda_agent.synth.dataset import DatasetWriter, export_parquet, make_row
-from cuda_agent.synth.filters import Checker, FilterVerdict, passed
+from cuda_agent.synth.filters import Checker, FilterVerdict
 from cuda_agent.synth.runner import WorkerPool
 from cuda_agent.synth.similarity import structure_key
 
@@ -107,8 +107,9 @@ class Pipeline:
             verdict = checker.check(candidate.code, candidate.ops, candidate.name,
                                     short_circuit=True)
             lo, hi = self.config.filters.window_ms(self.config.device)
-            failed = [name for name, ok in verdict.checks.items() if not passed(ok)]
-            if failed != ["runtime_window"] or not verdict.eager_ms:
+            timing = ("runtime_window:", "borderline: runtime_window:")
+            if not verdict.reasons or not verdict.eager_ms or not all(
+                    r.startswith(timing) for r in verdict.reasons):
                 break
             scale *= min(64.0, max(1 / 64, math.sqrt(lo * hi) / verdict.eager_ms))
         return task_id, candidate, verdict, time.time() - start, tries
