@@ -55,7 +55,7 @@ def test_thirty_tasks_survive_sigkill_and_load_with_datasets(tmp_path):
     tasks = list(load_tasks(out / PARQUET))
     assert len(tasks) == 30 and all(t.origin == "synthesized" and t.ops for t in tasks)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["accepted"] == 30 and summary["session"]["accepted_per_hour"]
+    assert summary["accepted"] == 30 and summary["throughput"]["accepted_per_hour"]
     assert sum(summary["rejection_reasons"].values()) >= summary["rejected"] > 0
     assert (out / "summary.md").is_file() and (out / "runtime_hist.png").stat().st_size > 1000
 
