@@ -33,6 +33,12 @@ def throughput(out: Path) -> dict[str, Any]:
                                                       "workers")}}
 
 
+def reason_code(reason: str) -> str:
+    """The filter a reason names; ``borderline <filter>`` for a refusal near a threshold."""
+    parts = reason.split(":", 2)
+    return f"borderline {parts[1].strip()}" if parts[0] == "borderline" else parts[0]
+
+
 def row_classes(row: dict[str, Any], classes: dict[str, str]) -> list[str]:
     return row.get("op_classes") or [classes.get(op, "other") for op in row["ops"]]
 
@@ -41,8 +47,8 @@ def summarise(out: Path, config: SynthConfig) -> dict[str, Any]:
     rows = read_jsonl(out / ROWS)
     verdicts = read_jsonl(out / VERDICTS)
     rejected = [v for v in verdicts if not v["accepted"]]
-    reasons = Counter(r.split(":", 1)[0] for v in rejected for r in v["reasons"])
-    first = Counter(v["reasons"][0].split(":", 1)[0] for v in rejected if v["reasons"])
+    reasons = Counter(reason_code(r) for v in rejected for r in v["reasons"])
+    first = Counter(reason_code(v["reasons"][0]) for v in rejected if v["reasons"])
     counts = Counter(len(r["ops"]) for r in rows)
     catalog = load_catalog(config.catalog)
     usable = {op.op for op in catalog if op.usable}

@@ -19,6 +19,7 @@ from typing import Any
 from cuda_agent.synth.config import SynthConfig
 from cuda_agent.synth.dataset import CONFIG, ROWS, read_jsonl
 from cuda_agent.synth.filters import Checker
+from cuda_agent.synth.report import reason_code
 from cuda_agent.synth.runner import WorkerPool
 
 
@@ -43,9 +44,8 @@ def recheck(out: Path, times: int = 3, workers: int | None = None,
                         refused.setdefault(row["name"], []).append(list(verdict.reasons))
                     if progress:
                         progress(done, times * len(rows))
-    reasons = Counter(r.split(":", 1)[0] if not r.startswith("borderline") else
-                      ":".join(r.split(":", 2)[:2]) for runs in refused.values()
-                      for reasons in runs for r in reasons)
+    reasons = Counter(reason_code(r) for runs in refused.values() for reasons in runs
+                      for r in reasons)
     result = {"out": str(out), "tasks": len(rows), "times": times,
               "stable": len(rows) - len(refused), "refused_tasks": len(refused),
               "refusals": sum(len(v) for v in refused.values()),
