@@ -10,13 +10,16 @@
 #   bash benchmarks/synth/device_throughput.sh OUT_DIR
 #
 # Writes OUT_DIR/synth/ (the data set: jsonl/, run/verdicts.jsonl, and for a stopped run the
-# summary files and parquet written by the report), OUT_DIR/synth.log (the command's output),
-# OUT_DIR/throughput.md and throughput.json. An OUT_DIR/synth/ left by an earlier call is
-# resumed; only this call's candidates are counted.
+# summary files, the data-set card (card.md, card/*.png: op-class, ops-count, runtime and
+# rejection plots, ten sample tasks) and parquet written by the report), OUT_DIR/synth.log
+# (the command's output), OUT_DIR/throughput.md and throughput.json (with the compute-heavy
+# share and op-class mix of the whole set). An OUT_DIR/synth/ left by an earlier call is
+# resumed; only this call's candidates are counted. A second call with RECHECK=1 re-checks
+# every accepted task 3 times instead (`synth recheck`, OUT_DIR/synth/recheck.json).
 # Environment: DEVICE (cuda; cpu tries it out on a machine without a GPU, with .venv's Python
 # and without device_env.sh), WORKERS (cores - 2, at least 1), SECONDS_LIMIT (420), COUNT
 # (6000: the time limit ends the run first), KB (KernelBench JSONL for decontamination;
-# .bench/kernelbench.jsonl if present, KB= for none), WARMUP_S (60), COMPILE=0 (no
+# .bench/kernelbench.jsonl if present, KB= for none: the card then says skipped), WARMUP_S (60), COMPILE=0 (no
 # torch.compile check), COMPILE_THREADS (1: TORCHINDUCTOR_COMPILE_THREADS of the workers, so
 # that W workers do not each start a pool of one compile process per core; empty: torch's
 # default), SYNTH_ARGS (more synth options, e.g. "--set filters.timing_runs=3").
@@ -47,7 +50,8 @@ fi
       'available', torch.cuda.is_available())"
 
 OPTS=(--device "$DEVICE" --workers "$WORKERS" --count "$COUNT" --out "$RUN")
-if [ -n "$KB" ] && [ -f "$KB" ]; then OPTS+=(--kernelbench "$KB"); else KB="(none)"; fi
+if [ -n "$KB" ] && [ -f "$KB" ]; then OPTS+=(--kernelbench "$KB")
+else OPTS+=(--kernelbench off); KB="(none)"; fi
 [ "${COMPILE:-1}" = 0 ] && OPTS+=(--no-compile)
 if [ -n "$COMPILE_THREADS" ]; then export TORCHINDUCTOR_COMPILE_THREADS=$COMPILE_THREADS; fi
 SETTINGS="compile check $( [ "${COMPILE:-1}" = 0 ] && echo off || echo on ), inductor compile \
@@ -72,6 +76,14 @@ descendants() {
   local child
   for child in $(PARENT=$1 children); do echo "$child"; descendants "$child"; done
 }
+
+if [ "${RECHECK:-0}" = 1 ]; then  # every accepted task of OUT_DIR/synth, 3 times
+  timeout "$SECONDS_LIMIT" "$PY" -m cuda_agent synth recheck "$RUN" --times 3 \
+    --workers "$WORKERS" 2>&1 | tr '\r' '\n' | tail -3
+  "$PY" -c "import json, sys; r = json.load(open(sys.argv[1])); print({k: r[k] for k in
+      ('tasks', 'times', 'stable', 'refused_tasks', 'reasons')})" "$RUN/recheck.json"
+  exit 0
+fi
 
 START=$(date +%s.%N)
 "$PY" -m cuda_agent synth "${OPTS[@]}" > "$OUT/synth.log" 2>&1 &

@@ -10,7 +10,8 @@ and prints a markdown table: candidates, accepted, rejections per reason, accept
 hour over the whole session and after the first WARMUP seconds (start-up excluded), the
 projected hours for TARGET tasks, and eager runtimes. A run that was killed at its time limit
 has no summary, so this also writes it (the pipeline's own ``write_summary``: summary.json,
-summary.md, runtime_hist.png) and data/train.parquet, and checks the parquet row count.
+summary.md, runtime_hist.png, the data-set card card.md with card/*.png) and
+data/train.parquet, and checks the parquet row count.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ def measure(run: Path, start: float, end: float, warmup_s: float, target: int
 def write_outputs(run: Path, m: dict[str, Any], start: float) -> dict[str, Any]:
     """The pipeline's summary files and parquet (a killed run has none); parquet rows."""
     from cuda_agent.synth.config import SynthConfig
-    from cuda_agent.synth.dataset import export_parquet
+    from cuda_agent.synth.dataset import SESSIONS, export_parquet
+    from cuda_agent.synth.filters import find_kernelbench
     from cuda_agent.synth.report import write_summary
 
     done: dict[str, Any] = {}
@@ -100,11 +102,22 @@ def write_outputs(run: Path, m: dict[str, Any], start: float) -> dict[str, Any]:
     try:
         if not finished:
             config = SynthConfig.model_validate(json.loads((run / CONFIG).read_text()))
-            write_summary(run, config, m["accepted"], m["wall_s"])
+            kb = find_kernelbench(config.kernelbench)
+            with (run / SESSIONS).open("a") as handle:  # the stopped session never wrote it
+                handle.write(json.dumps({
+                    "start": start, "elapsed_s": m["wall_s"], "accepted": m["accepted"],
+                    "candidates": m["candidates"], "workers": config.workers,
+                    "kernelbench": str(kb) if kb else None}) + "\n")
+            write_summary(run, config)
             done["summary"] = "written by this report (run was stopped)"
         else:
             done["summary"] = "written by the pipeline (run finished)"
-        done["summary_accepted"] = json.loads(summary.read_text())["accepted"]
+        written = json.loads(summary.read_text())
+        done["summary_accepted"] = written["accepted"]
+        done["compute_heavy_share"] = written.get("compute_heavy_share")
+        done["op_classes"] = written.get("op_classes")
+        done["kernelbench"] = written.get("kernelbench")
+        done["card"] = str(run / "card.md") if (run / "card.md").is_file() else "missing"
     except Exception as exc:  # noqa: BLE001
         done["summary_error"] = f"{type(exc).__name__}: {exc}"
     return done
@@ -142,6 +155,12 @@ def markdown(m: dict[str, Any], args: argparse.Namespace, files: dict[str, Any])
          f" / {files.get('parquet_rows', files.get('parquet_error', '-'))}"
          f" / {files.get('summary_accepted', files.get('summary_error', '-'))}"),
     ]
+    if "card" in files:
+        classes = ", ".join(f"{k} {v:.0%}" for k, v in (files["op_classes"] or {}).items())
+        rows += [("compute-heavy share (whole set)", files["compute_heavy_share"]),
+                 ("op classes (share of operators)", classes or "-"),
+                 ("KernelBench decontamination", files["kernelbench"]),
+                 ("data-set card", files["card"])]
     if m["earlier_candidates"]:
         rows.append(("earlier session (not counted)",
                      f"{m['earlier_candidates']} candidates, {m['earlier_rows']} rows"))

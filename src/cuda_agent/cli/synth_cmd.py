@@ -20,6 +20,8 @@ app = typer.Typer(help="Stage 0 - task synthesis: crawl seed operators, compose 
 
 DEVICE = typer.Option("cpu", help="Where tasks run and are timed: cpu or cuda.",
                       callback=one_of("cpu", "cuda"))
+KERNELBENCH_HELP = ("KernelBench JSONL or checkout to decontaminate against; auto: the copy at "
+                    "../shared/kernelbench when found (verdicts say skipped when not); off.")
 SET = typer.Option([], "--set", help="Override any config field: KEY=VALUE (e.g. "
                    "filters.max_ms_cpu=50).")
 
@@ -27,6 +29,16 @@ SET = typer.Option([], "--set", help="Override any config field: KEY=VALUE (e.g.
 def _bar() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console)
+
+
+def _kernelbench(value: str) -> Path | str | None:
+    """The --kernelbench value as the config takes it: auto, None (off) or a path."""
+    if value in ("auto", "off"):
+        return None if value == "off" else value
+    if not Path(value).exists():
+        raise bad_input(f"--kernelbench {value}: no such file or folder (auto or off, or a "
+                        "KernelBench JSONL or checkout)")
+    return Path(value)
 
 
 @app.callback(invoke_without_command=True)
@@ -37,8 +49,7 @@ def synth(ctx: typer.Context,
           composer: str = typer.Option("rules", help="rules (no LLM) or llm."),
           workers: int = typer.Option(2, help="Parallel worker processes."),
           seed: int = typer.Option(0, help="Base seed."),
-          kernelbench: Path | None = typer.Option(None, help="KernelBench JSONL or checkout "
-                                                  "to decontaminate against."),
+          kernelbench: str = typer.Option("auto", help=KERNELBENCH_HELP),
           compile_check: bool = typer.Option(True, "--compile/--no-compile",
                                              help="Check torch.compile (slow on CPU)."),
           set_: list[str] = SET) -> None:
@@ -51,7 +62,8 @@ def synth(ctx: typer.Context,
 
     config = overrides.apply(SynthConfig(
         count=count, device=device, composer=composer, workers=workers, seed=seed,
-        kernelbench=kernelbench, filters=FilterConfig(compile_check=compile_check)), set_)
+        kernelbench=_kernelbench(kernelbench), filters=FilterConfig(compile_check=compile_check)),
+        set_)
     with _bar() as bar:
         job = bar.add_task("accepted", total=config.count)
 
@@ -64,13 +76,13 @@ def synth(ctx: typer.Context,
         except (ValueError, FileNotFoundError) as exc:
             raise bad_input(exc) from None
     console.print(f"{summary['accepted']} tasks in {out} ({summary['candidates']} candidates, "
-                  f"{summary['session']['accepted_per_hour']} accepted/hour); "
-                  f"see {out / 'summary.md'}")
+                  f"{summary['throughput']['accepted_per_hour']} accepted/hour); "
+                  f"see {out / 'summary.md'} and {out / 'card.md'}")
 
 
 @app.command("check")
 def check(task: str = typer.Argument(..., help="A task: FILE.py or PATH::SELECTOR."),
-          kernelbench: Path | None = typer.Option(None, help="KernelBench set to compare to."),
+          kernelbench: str = typer.Option("auto", help=KERNELBENCH_HELP),
           device: str = DEVICE,
           as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
           max_numel: int | None = typer.Option(None, help="Shrink size constants first."),
@@ -88,8 +100,8 @@ def check(task: str = typer.Argument(..., help="A task: FILE.py or PATH::SELECTO
     filters = overrides.apply(FilterConfig(compile_check=compile_check, max_numel=max_numel),
                               set_)
     with WorkerPool(1, device) as pool:
-        verdict = Checker(filters, device, pool, kernelbench).check(loaded.code, loaded.ops,
-                                                                     loaded.name)
+        verdict = Checker(filters, device, pool, _kernelbench(kernelbench)).check(
+            loaded.code, loaded.ops, loaded.name)
     if as_json:
         print_json(verdict.to_dict())
     else:
@@ -103,6 +115,28 @@ def check(task: str = typer.Argument(..., help="A task: FILE.py or PATH::SELECTO
         console.print(f"[{colour}]{'accepted' if verdict.accepted else 'rejected'}[/]"
                       f" (eager {verdict.eager_ms} ms on {device})")
     if not verdict.accepted:
+        raise typer.Exit(REFUSED)
+
+
+@app.command("recheck")
+def recheck_cmd(out: Path = typer.Argument(..., help="A synthesized set's folder."),
+                times: int = typer.Option(3, help="Re-checks of every accepted task."),
+                workers: int | None = typer.Option(None, help="Worker processes (default: "
+                                                   "the run's).")) -> None:
+    """Re-check every accepted task TIMES times with the run's filters: all must agree."""
+    from cuda_agent.synth.stability import recheck
+
+    if not (out / "run" / "config.json").is_file():
+        raise bad_input(f"{out}: no synthesized set here (run/config.json is missing)")
+    with _bar() as bar:
+        job = bar.add_task("re-checks", total=None)
+        result = recheck(out, times, workers,
+                         progress=lambda done, total: bar.update(job, completed=done,
+                                                                 total=total))
+    console.print(f"{result['stable']} of {result['tasks']} tasks accepted at all {times} "
+                  f"re-checks ({result['refusals']} refusals: {result['reasons']}); see "
+                  f"{out / 'recheck.json'}")
+    if result["refused_tasks"]:
         raise typer.Exit(REFUSED)
 
 

@@ -102,3 +102,48 @@ def coverage(ops: list[SeedOp]) -> dict[str, Any]:
 
 def _error_kind(error: str) -> str:
     return error.split(":", 1)[0][:60] or "unknown"
+
+
+OP_CLASSES = ("gemm", "conv", "attention", "norm", "activation", "elementwise", "reduction",
+              "pool", "data_movement", "loss", "other")
+"""Op classes, the units of the composer's mix and the data-set card's histogram."""
+COMPUTE_HEAVY = ("gemm", "conv", "attention")
+"""The classes KernelBench level 2's tasks are built around (a matrix product or a
+convolution, then cheaper ops)."""
+_GEMM = {"linear", "bilinear", "mm", "bmm", "matmul", "addmm", "baddbmm", "addbmm", "einsum",
+         "tensordot", "inner", "outer", "ger", "kron", "dot", "vdot", "chain_matmul", "mlp",
+         "intermediate"}
+_ACTIVATION = {"softmax", "log_softmax", "logsoftmax", "softmin", "softmax2d", "glu",
+               "threshold", "hardshrink", "softshrink", "clamp", "clamp_min", "clamp_max",
+               "clip"}
+_MOVEMENT = ("pad", "flip", "roll", "shuffle", "unfold", "fold", "upsample", "interpolate",
+             "tril", "triu", "transpose", "repeat", "diag", "rot90", "flatten", "ravel",
+             "squeeze", "adjoint", "sort", "chunk", "split", "slice", "t_copy")
+
+
+def op_class(op: SeedOp) -> str:
+    """The operator's class, from its name and the tags its crawl gave it by running it."""
+    name = op.op.split(".")[-1]
+    lower = name.lower()
+    base = lower.removesuffix("_")
+    if "attention" in lower or lower.endswith("decoderlayer"):
+        return "attention"
+    if "conv" in op.tags:
+        return "conv"
+    if base in _GEMM or any(lower.endswith(g) for g in ("mlp", "intermediate")):
+        return "gemm"
+    if "pool" in op.tags:
+        return "pool"
+    if "norm" in op.tags and op.rule != "reduce":
+        return "norm"
+    if "loss" in op.tags or lower.endswith("loss"):
+        return "loss"
+    if op.rule == "reduce" or "reduction" in op.tags:
+        return "reduction"
+    if "activation" in op.tags or base in _ACTIVATION:
+        return "data_movement" if "shuffle" in lower or "rotary" in lower else "activation"
+    if op.rule in ("reshape", "expand") or any(m in lower for m in _MOVEMENT):
+        return "data_movement"
+    if "elementwise" in op.tags:
+        return "elementwise"
+    return "other"

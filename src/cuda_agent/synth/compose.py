@@ -1,9 +1,11 @@
 """Composers: turn 1-5 seed operators into one KernelBench-format task.
 
-``RulesComposer`` (the default, no LLM) samples an ops count from the configured mix, picks
-operators whose accepted ranks fit the running tensor, propagates shapes on the meta
-device, and sizes the first input so the workload lands near the runtime window
-(``scale`` multiplies the size target when the pipeline re-sizes a task). ``LLMComposer``
+``RulesComposer`` (the default, no LLM) samples an ops count from the configured mix, draws
+each operator's class from the op-class mix (the first one compute-heavy in
+``compute_share`` of tasks), picks an operator of that class whose accepted ranks fit the
+running tensor, propagates shapes on the meta device, and sizes the first input like a
+model's so the workload lands near the runtime window (``scale`` multiplies the size target
+when the pipeline re-sizes a task). ``LLMComposer``
 (``cuda_agent.synth.llm``) asks a chat model to write the fused program instead.
 """
 
@@ -15,10 +17,14 @@ import random
 import warnings
 from typing import Protocol
 
-from cuda_agent.synth.catalog import SeedOp
+from cuda_agent.synth.catalog import COMPUTE_HEAVY, SeedOp, op_class
 from cuda_agent.synth.config import ComposerConfig
-from cuda_agent.synth.probe_op import EXAMPLES, build_call, make_input
+from cuda_agent.synth.probe_op import build_call, make_input
 from cuda_agent.synth.render import Step, render_task
+from cuda_agent.synth.sizing import first_shape, realistic
+
+PREFERRED_RANKS = {"gemm": (2, 3), "attention": (3,), "norm": (2, 3, 4)}
+"""Ranks a first operator of these classes takes in models (a linear layer on tokens)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,8 +67,30 @@ class RulesComposer:
         self.config = config
         self.device = device
         usable = [op for op in catalog if op.usable and max(op.ranks, default=0) >= 1]
-        self.torch_ops = [op for op in usable if op.source == "torch"]
-        self.hf_ops = [op for op in usable if op.source == "transformers"]
+        rare = set(config.rare_ops)
+        self.by_class: dict[str, tuple[list[SeedOp], list[float]]] = {}
+        for op in usable:
+            weight = config.rare_weight if op.op in rare else 1.0
+            if op.source == "torch" and weight > 0:
+                ops, weights = self.by_class.setdefault(op_class(op), ([], []))
+                ops.append(op)
+                weights.append(weight)
+        self.hf_ops = [op for op in usable if op.source == "transformers"
+                       and op.op not in rare]
+        self.classes = [c for c, w in config.class_mix.items() if w > 0 and c in self.by_class]
+        if not self.classes:
+            raise ValueError(f"compose.class_mix {config.class_mix} names no class with "
+                             f"operators; classes: {sorted(self.by_class)}")
+        self.heavy = [c for c in COMPUTE_HEAVY if c in self.by_class]
+
+    def draw(self, rng: random.Random, heavy: bool) -> SeedOp:
+        """One operator: its class from the mix (a compute-heavy one when ``heavy``), then
+        an operator of that class by weight."""
+        classes = self.heavy if heavy and self.heavy else self.classes
+        weights = [self.config.class_mix.get(c, 0.0) for c in classes]
+        cls = rng.choices(classes, weights=weights if any(weights) else None)[0]
+        ops, op_weights = self.by_class[cls]
+        return rng.choices(ops, weights=op_weights)[0]
 
     def sample_ops_count(self, rng: random.Random) -> tuple[int, int | None]:
         """(ops count, position of the transformers block or None)."""
@@ -73,18 +101,20 @@ class RulesComposer:
     def compose(self, seed: int, scale: float = 1.0) -> Candidate | None:
         rng = random.Random(seed)
         n, hf_at = self.sample_ops_count(rng)
+        heavy_first = rng.random() < self.config.compute_share
         lo, hi = self.config.numel_range(self.device)
         target = math.exp(rng.uniform(math.log(lo), math.log(hi))) * scale
         steps: list[Step] = []
         shape: tuple[int, ...] = ()
         dtype = "float32"
         for position in range(n):
-            pool = self.hf_ops if position == hf_at else self.torch_ops
             step = None
             for _ in range(self.config.retries):
-                op = rng.choice(pool)
+                op = (rng.choice(self.hf_ops) if position == hf_at
+                      else self.draw(rng, heavy=position == 0 and heavy_first))
                 if not self._fits(op, position, n, shape, dtype, steps):
                     continue
+                op = realistic(op, self.config, rng)
                 start = shape or self._first_shape(op, rng, target)
                 step = self._apply(op, start)
                 if step is not None:
@@ -115,17 +145,8 @@ class RulesComposer:
 
     def _first_shape(self, op: SeedOp, rng: random.Random, target: float) -> tuple[int, ...]:
         ranks = [r for r in op.ranks if r >= 2] or list(op.ranks)
-        rank = rng.choice(ranks)
-        dims = list(EXAMPLES[rank])
-        caps = [256] + [4096] * (rank - 1) if rank > 1 else [1 << 24]
-        for _ in range(64):
-            if math.prod(dims) >= target:
-                break
-            growable = [i for i in range(rank) if dims[i] * 2 <= caps[i]]
-            if not growable:
-                break
-            dims[rng.choice(growable)] *= 2
-        return tuple(dims)
+        preferred = [r for r in ranks if r in PREFERRED_RANKS.get(op_class(op), ())]
+        return first_shape(rng.choice(preferred or ranks), self.config, rng, target)
 
     def _apply(self, op: SeedOp, shape: tuple[int, ...]) -> Step | None:
         """Bind ``op`` to an input of ``shape`` and run it on meta tensors."""

@@ -4,6 +4,7 @@
     OUT/data/train.parquet   written from the JSONL at the end (``export_parquet``)
     OUT/run/verdicts.jsonl   one line per finished candidate (the state: done ids)
     OUT/run/config.json      the run's configuration (a resumed run must match it)
+    OUT/run/sessions.jsonl   one line per session: its start, length, accepted, candidates
 
 A row holds ``ops``, ``data_source`` and ``code`` (the CUDA-Agent-Ops layout) plus ``name``,
 ``task_id``, shapes, eager/compile times, device, composer and filter version. After a kill,
@@ -22,6 +23,7 @@ ROWS = Path("jsonl") / "train.jsonl"
 PARQUET = Path("data") / "train.parquet"
 VERDICTS = Path("run") / "verdicts.jsonl"
 CONFIG = Path("run") / "config.json"
+SESSIONS = Path("run") / "sessions.jsonl"
 RESUME_KEYS = ("seed", "composer", "device")
 
 
@@ -69,6 +71,11 @@ class DatasetWriter:
         self.verdicts.append(verdict)
         self.done = getattr(self, "done", set()) | {verdict["task_id"]}
 
+    def add_session(self, session: dict[str, Any]) -> None:
+        """One line per session, for throughput over the sessions that made the set."""
+        with (self.out / SESSIONS).open("a") as handle:
+            _append(handle, session)
+
     def close(self) -> None:
         self._rows.close()
         self._verdicts.close()
@@ -109,8 +116,9 @@ def export_parquet(out: Path) -> Path:
 
 
 def make_row(task_id: int, name: str, code: str, ops: tuple[str, ...], data_source: str,
-             composer: str, verdict: Any) -> dict[str, Any]:
+             composer: str, verdict: Any, op_classes: list[str]) -> dict[str, Any]:
     return {"ops": list(ops), "data_source": data_source, "code": code, "name": name,
+            "op_classes": op_classes,
             "task_id": task_id, "composer": composer,
             "input_shapes": [list(s) for s in verdict.input_shapes],
             "output_shapes": [list(s) for s in verdict.output_shapes],

@@ -70,7 +70,8 @@ class LLMComposer:
     def prompt(self, seed: int, scale: float = 1.0) -> tuple[str, list[SeedOp]]:
         rng = random.Random(seed)
         n = sample_count(rng, self.compose_config.ops_mix)
-        ops = [rng.choice(self.rules.torch_ops) for _ in range(n)]
+        heavy_first = rng.random() < self.compose_config.compute_share
+        ops = [self.rules.draw(rng, heavy=i == 0 and heavy_first) for i in range(n)]
         if self.rules.hf_ops and rng.random() < self.compose_config.transformers_share:
             ops[rng.randrange(n)] = rng.choice(self.rules.hf_ops)
         lo, hi = self.compose_config.numel_range(self.device)

@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from cuda_agent.synth.catalog import load_catalog
+from cuda_agent.synth.catalog import load_catalog, op_class
 from cuda_agent.synth.compose import Candidate, Composer, RulesComposer
 from cuda_agent.synth.config import SynthConfig
 from cuda_agent.synth.dataset import DatasetWriter, export_parquet, make_row
@@ -51,13 +51,14 @@ class Pipeline:
         self.out = out
         self.on_progress = on_progress
         self.composer = make_composer(config)
+        self.classes = {op.op: op_class(op) for op in load_catalog(config.catalog)}
 
     def run(self) -> dict[str, Any]:
         from cuda_agent.synth.report import write_summary
 
         cfg = self.config
         writer = DatasetWriter(self.out, cfg.model_dump(mode="json"))
-        start, session_accepted = time.time(), 0
+        start, session_accepted, session_candidates = time.time(), 0, 0
         with WorkerPool(cfg.workers, cfg.device, cfg.recycle_after) as pool:
             checker = Checker(cfg.filters, cfg.device, pool, cfg.kernelbench,
                               stochastic_ops(cfg))
@@ -80,13 +81,18 @@ class Pipeline:
                     for future in finished:
                         del running[future]
                         session_accepted += self._record(writer, checker, future.result())
+                        session_candidates += 1
                     if self.on_progress:
                         self.on_progress(writer.accepted, len(writer.verdicts), cfg.count)
                 for future in running:
                     future.cancel()
+        writer.add_session({"start": start, "elapsed_s": round(time.time() - start, 3),
+                            "accepted": session_accepted, "candidates": session_candidates,
+                            "workers": cfg.workers, "kernelbench": str(checker.kernelbench)
+                            if checker.kernelbench else None})
         writer.close()
         export_parquet(self.out)
-        return write_summary(self.out, cfg, session_accepted, time.time() - start)
+        return write_summary(self.out, cfg)
 
     def _one(self, checker: Checker, task_id: int) -> Outcome:
         """Compose candidate ``task_id`` and filter it (re-sizing into the window)."""
@@ -98,10 +104,12 @@ class Pipeline:
             candidate = self.composer.compose(seed, scale)
             if candidate is None:
                 break
-            verdict = checker.check(candidate.code, candidate.ops, candidate.name, seed,
+            verdict = checker.check(candidate.code, candidate.ops, candidate.name,
                                     short_circuit=True)
             lo, hi = self.config.filters.window_ms(self.config.device)
-            if verdict.reason_codes != ("runtime_window",) or not verdict.eager_ms:
+            timing = ("runtime_window:", "borderline: runtime_window:")
+            if not verdict.reasons or not verdict.eager_ms or not all(
+                    r.startswith(timing) for r in verdict.reasons):
                 break
             scale *= min(64.0, max(1 / 64, math.sqrt(lo * hi) / verdict.eager_ms))
         return task_id, candidate, verdict, time.time() - start, tries
@@ -124,7 +132,8 @@ class Pipeline:
                            f"{checker.keys[structure_key(candidate.code)]}")
         if accepted:
             writer.add_row(make_row(task_id, candidate.name, candidate.code, candidate.ops,
-                                    candidate.data_source, candidate.composer, verdict))
+                                    candidate.data_source, candidate.composer, verdict,
+                                    [self.classes.get(op, "other") for op in candidate.ops]))
             checker.claim(candidate.code, candidate.name)
         writer.add_verdict({**base, "name": candidate.name, "accepted": accepted,
                             "reasons": reasons, "ops": list(candidate.ops),

@@ -7,6 +7,7 @@ checks that compare tensors use the ``FilterConfig`` thresholds passed in.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from typing import Any
@@ -15,29 +16,18 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from cuda_agent.synth.config import FilterConfig
+from cuda_agent.synth.measure import Report, constant_share, max_rel, score
 from cuda_agent.synth.shrink import shrink_code
-from cuda_agent.synth.trace import trace_redundancy
+from cuda_agent.synth.trace import trace_redundancy, unchanged_statements
 from cuda_agent.tasks.degenerate import Degeneracy
 
 RUN_CHECKS = ("builds", "runs_eager", "runs_compiled", "deterministic", "no_stochastic_ops",
               "finite", "not_constant", "not_near_zero", "not_identity", "not_degenerate",
-              "sensitive_to_inputs", "no_redundant_ops", "runtime_window")
+              "not_mostly_constant", "sensitive_to_inputs", "no_redundant_ops",
+              "runtime_window")
 MODEL_SEED, RNG_SEED = 1234, 4321
 SCALED_SEED = 500
 """Scaled draws use seeds from ``seed + SCALED_SEED`` on, as the judge's scaled trials."""
-
-
-class _Report:
-    def __init__(self) -> None:
-        self.checks: dict[str, bool] = {}
-        self.reasons: list[str] = []
-        self.metrics: dict[str, Any] = {}
-
-    def set(self, name: str, ok: bool, why: str = "") -> bool:
-        self.checks[name] = ok
-        if not ok:
-            self.reasons.append(f"{name}: {why}")
-        return ok
 
 
 def _sync(device: str) -> None:
@@ -52,26 +42,15 @@ def _outputs(out: Any) -> list[torch.Tensor]:
     return tensors
 
 
-def _within(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol: float) -> bool:
-    """Every element of ``a`` matches ``b`` within atol + rtol*|b| (a trivial answer passes)."""
-    if len(a) != len(b) or any(x.shape != y.shape for x, y in zip(a, b, strict=True)):
-        return False
-    return all(torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol, equal_nan=False)
-               for x, y in zip(a, b, strict=True))
-
-
-def _max_rel(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    diff = max(float((x.double() - y.double()).abs().max()) if x.numel() else 0.0
-               for x, y in zip(a, b, strict=True))
-    scale = max(float(y.double().abs().max()) if y.numel() else 0.0 for y in b)
-    return diff / scale if scale else diff
-
-
 class Task:
     """The task's namespace plus seeded construction of its model and inputs."""
 
     def __init__(self, code: str, device: str):
+        import linecache
+
         self.ns: dict[str, Any] = {"__name__": "synth_task"}
+        # its lines, for findings that quote a statement
+        linecache.cache["<task>"] = (len(code), None, code.splitlines(True), "<task>")
         exec(compile(code, "<task>", "exec"), self.ns)
         self.device = device
         self.init = list(self.ns["get_init_inputs"]())
@@ -100,7 +79,7 @@ class Task:
 
 
 def probe_task(code: str, device: str, filters: FilterConfig, seed: int = 0) -> dict[str, Any]:
-    report = _Report()
+    report = Report()
     result: dict[str, Any] = {"code": None}
     if filters.max_numel:
         try:
@@ -134,7 +113,7 @@ def probe_task(code: str, device: str, filters: FilterConfig, seed: int = 0) -> 
     return _finish(result, report)
 
 
-def _finish(result: dict[str, Any], report: _Report) -> dict[str, Any]:
+def _finish(result: dict[str, Any], report: Report) -> dict[str, Any]:
     for name in RUN_CHECKS:
         if name not in report.checks:
             report.checks[name] = False  # not reached: an earlier check failed
@@ -142,36 +121,42 @@ def _finish(result: dict[str, Any], report: _Report) -> dict[str, Any]:
     return result
 
 
-def _value_checks(task: Task, model, in1, out1, f: FilterConfig, seed: int, report: _Report
+def _value_checks(task: Task, model, in1, out1, f: FilterConfig, seed: int, report: Report
                   ) -> None:
     fresh = task.model()
     again = task.run(fresh, task.inputs(seed))
-    rel = _max_rel(again, out1)
+    rel = max_rel(again, out1)
     report.metrics["determinism_rel"] = rel
     report.set("deterministic", rel <= f.determinism_tol,
                f"two runs with the same seeds differ (max relative difference {rel:.3g})")
     other_rng = task.run(fresh, task.inputs(seed), rng=RNG_SEED + 1)
-    report.set("no_stochastic_ops", _max_rel(other_rng, again) <= f.determinism_tol,
+    report.set("no_stochastic_ops", max_rel(other_rng, again) <= f.determinism_tol,
                "the output depends on the random-number state (a stochastic operator)")
     finite = all(bool(torch.isfinite(t).all()) for t in out1 if t.is_floating_point())
     report.set("finite", finite, "the output holds NaN or Inf")
-    in2 = task.inputs(seed + 1)
-    out2 = task.run(model, in2)
-    report.metrics["draw_change_rel"] = _max_rel(out2, out1) if len(out2) == len(out1) else None
-    report.set("not_constant", not _within(out2, out1, f.trivial_atol, f.trivial_rtol),
-               f"outputs for two different input draws agree within atol={f.trivial_atol:g}, "
-               f"rtol={f.trivial_rtol:g} (a fixed answer would pass)")
+    tol = f"atol={f.trivial_atol:g}, rtol={f.trivial_rtol:g}"
+    band = f"within {f.borderline_factor:g}x of that tolerance"
+
+    def trivial(name: str, value: float, why: str) -> None:
+        """A trivial answer fails at ``value`` > 1 (its error over the tolerance)."""
+        report.metrics[f"{name}_score"] = round(value, 4) if math.isfinite(value) else None
+        report.judge(name, value > 1, value <= f.borderline_factor, why, band)
+
+    out2 = task.run(model, task.inputs(seed + 1))
+    report.metrics["draw_change_rel"] = max_rel(out2, out1) if len(out2) == len(out1) else None
+    trivial("not_constant", score(out2, out1, f.trivial_atol, f.trivial_rtol),
+            f"outputs for two different input draws agree within {tol} (a fixed answer "
+            "would pass)")
     peak = max(float(t.double().abs().max()) if t.numel() else 0.0 for t in out1)
     report.metrics["max_abs_output"] = peak
-    zero_ok = peak > f.trivial_atol / (1 - f.trivial_rtol)
-    report.set("not_near_zero", zero_ok, f"max |output| is {peak:.3g}: an all-zero output "
-               f"passes at atol={f.trivial_atol:g}")
-    same = [i for i, t in enumerate(in1) if isinstance(t, torch.Tensor)
-            and any(_within([o], [t], f.trivial_atol, f.trivial_rtol) for o in out1)]
-    report.set("not_identity", not same, f"the output equals input {same[:1]} within "
-               f"atol={f.trivial_atol:g}, rtol={f.trivial_rtol:g}")
-    degenerate = _degenerate(task, model, out1, f, seed, report)
-    report.set("not_degenerate", degenerate is None, degenerate or "")
+    trivial("not_near_zero", peak / (f.trivial_atol / (1 - f.trivial_rtol)),
+            f"max |output| is {peak:.3g}: an all-zero output passes at atol={f.trivial_atol:g}")
+    same = [(min(score([o], [t], f.trivial_atol, f.trivial_rtol) for o in out1), i)
+            for i, t in enumerate(in1) if isinstance(t, torch.Tensor)]
+    closest = min(same, default=(math.inf, None))
+    trivial("not_identity", closest[0], f"the output equals input {closest[1]} within {tol}")
+    _degenerate(task, model, out1, f, seed, report)
+    _constant_share(out1, f, report)
     in3 = task.inputs(seed + 2)
     dull = []
     for i, t in enumerate(in1):
@@ -179,13 +164,14 @@ def _value_checks(task: Task, model, in1, out1, f: FilterConfig, seed: int, repo
             continue  # a fixed input (a mask, a constant): nothing to be sensitive to
         swapped = list(in1)
         swapped[i] = in3[i]
-        if _within(task.run(model, swapped), out1, f.trivial_atol, f.trivial_rtol):
-            dull.append(i)
-    report.set("sensitive_to_inputs", not dull, f"redrawing input(s) {dull} leaves the output "
-               f"unchanged within atol={f.trivial_atol:g}, rtol={f.trivial_rtol:g}")
+        dull.append((score(task.run(model, swapped), out1, f.trivial_atol, f.trivial_rtol), i))
+    least = min(dull, default=(math.inf, None))
+    trivial("sensitive_to_inputs", least[0], f"redrawing input {least[1]} leaves the output "
+            f"unchanged within {tol}")
     if f.redundant_ops:
         torch.manual_seed(RNG_SEED)
-        found = trace_redundancy(model, in1, f.identity_atol, f.identity_rtol)
+        found = trace_redundancy(model, task.inputs(seed), f.identity_atol, f.identity_rtol)
+        found += unchanged_statements(model, task.inputs(seed))
         report.metrics["redundant_ops"] = found
         report.set("no_redundant_ops", not found, "; ".join(found[:4]))
     else:
@@ -193,22 +179,45 @@ def _value_checks(task: Task, model, in1, out1, f: FilterConfig, seed: int, repo
 
 
 def _degenerate(task: Task, model, out1: list[torch.Tensor], f: FilterConfig, seed: int,
-                report: _Report) -> str | None:
+                report: Report) -> None:
     """Whether a trivial answer passes the judge's comparison at every trial: the draws
     ``seed`` (its outputs ``out1``), ``seed + 1``, ..., then draws with floating inputs
-    scaled. Each answer is compared with inputs drawn afresh, as a forward may write into
-    its own. Stops once no answer is left."""
-    check = Degeneracy(f.degenerate_atol, f.degenerate_rtol)
-    check.add(out1, task.inputs(seed))
-    plan = [(seed + i, 1.0) for i in range(1, f.degenerate_trials)]
+    scaled (``not_degenerate``); borderline where one passes every trial within
+    ``borderline_factor`` times the trivial (KernelBench) tolerance. Each answer is
+    compared with inputs drawn afresh, as a forward may write into its own. Stops once no
+    answer is left."""
+    strict = Degeneracy(f.degenerate_atol, f.degenerate_rtol)
+    loose = Degeneracy(f.trivial_atol * f.borderline_factor,
+                       f.trivial_rtol * f.borderline_factor)
+    plan = [(seed, 1.0)] + [(seed + i, 1.0) for i in range(1, f.degenerate_trials)]
     plan += [(seed + SCALED_SEED + j, s) for j, s in enumerate(f.degenerate_scales)]
-    for draw, scale in plan:
-        if not check.open:
+    for k, (draw, scale) in enumerate(plan):
+        if not (strict.open or loose.open):
             break
-        outputs = task.run(model, task.inputs(draw, scale))
-        check.add(outputs, task.inputs(draw, scale))
-    report.metrics["degenerate_trials"] = check.trials
-    return check.reason()
+        outputs = out1 if k == 0 else task.run(model, task.inputs(draw, scale))
+        for check in (strict, loose):
+            if check.open:
+                check.add(outputs, task.inputs(draw, scale))
+    report.metrics["degenerate_trials"] = strict.trials
+    near = loose.reason()
+    report.judge("not_degenerate", strict.reason() is None, near is not None,
+                 strict.reason() or (near or "").removeprefix("degenerate task: "),
+                 f"at {f.borderline_factor:g}x the trivial tolerance (atol={f.trivial_atol:g},"
+                 f" rtol={f.trivial_rtol:g})")
+
+
+def _constant_share(out1: list[torch.Tensor], f: FilterConfig, report: Report) -> None:
+    """An output that is almost all one value (mostly zeros): a constant answer passes
+    nearly every element, so the task is nearly trivial even where it is not degenerate."""
+    shares = [constant_share(t, f.trivial_atol, f.trivial_rtol)
+              for t in out1 if t.is_floating_point()]
+    share = max(shares, default=0.0)
+    report.metrics["constant_share"] = round(share, 4)
+    limit, low = f.max_constant_share, f.max_constant_share - f.constant_share_margin
+    report.judge("not_mostly_constant", share < limit, share >= low,
+                 f"one constant passes {share:.1%} of the output's elements at "
+                 f"atol={f.trivial_atol:g}, rtol={f.trivial_rtol:g} (limit {limit:.0%})",
+                 f"at or above {low:.0%}")
 
 
 def _time(fn, device: str, runs: int) -> float:
@@ -222,7 +231,7 @@ def _time(fn, device: str, runs: int) -> float:
     return statistics.median(times)
 
 
-def _timing(task: Task, model, in1, out1, f: FilterConfig, report: _Report,
+def _timing(task: Task, model, in1, out1, f: FilterConfig, report: Report,
             result: dict[str, Any]) -> None:
     def eager() -> None:
         with torch.no_grad():
@@ -232,9 +241,13 @@ def _timing(task: Task, model, in1, out1, f: FilterConfig, report: _Report,
     ms = _time(eager, task.device, f.timing_runs)
     result["eager_ms"] = ms
     lo, hi = f.window_ms(task.device)
-    if not report.set("runtime_window", lo <= ms <= hi,
-                      f"eager runtime {ms:.3g} ms is outside [{lo:g}, {hi:g}] ms on "
-                      f"{task.device}"):
+    margin = f.borderline_time_factor
+    if not report.judge("runtime_window", lo <= ms <= hi, not lo * margin <= ms <= hi / margin,
+                        f"eager runtime {ms:.3g} ms is outside [{lo:g}, {hi:g}] ms on "
+                        f"{task.device}" if not lo <= ms <= hi else
+                        f"eager runtime {ms:.3g} ms is within {margin:g}x of the window "
+                        f"[{lo:g}, {hi:g}] ms on {task.device}", "a busier machine could "
+                        "move it out"):
         report.metrics["compile"] = "not reached (runtime outside the window)"
         return
     if not f.compile_check:
@@ -253,11 +266,13 @@ def _timing(task: Task, model, in1, out1, f: FilterConfig, report: _Report,
         report.set("runs_compiled", False, f"torch.compile failed: {type(exc).__name__}: "
                    f"{str(exc).splitlines()[0][:300] if str(exc) else ''}")
         return
-    if not _within(outc, out1, f.compile_atol, f.compile_rtol):
-        report.set("runs_compiled", False, "torch.compile output differs from eager "
-                   f"(max relative difference {_max_rel(outc, out1):.3g})")
+    drift = score(outc, out1, f.compile_atol, f.compile_rtol)
+    report.metrics["compile_score"] = round(drift, 4) if math.isfinite(drift) else None
+    if not report.judge("runs_compiled", drift <= 1, drift > 1 / f.borderline_factor,
+                        "torch.compile output differs from eager (max relative difference "
+                        f"{max_rel(outc, out1):.3g}, {drift:.3g}x the tolerance)",
+                        f"more than 1/{f.borderline_factor:g} of the tolerance"):
         return
-    report.set("runs_compiled", True)
 
     def run_compiled() -> None:
         with torch.no_grad():

@@ -132,3 +132,55 @@ def trace_redundancy(model: torch.nn.Module, inputs: list, atol: float, rtol: fl
         out = model(*inputs)
     final = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
     return tracer.findings(final)
+
+
+def unchanged_statements(model: torch.nn.Module, inputs: list) -> list[str]:
+    """Statements of ``model.forward`` that bind a new tensor equal (bit-exact, same shape
+    and dtype) to a tensor that was already there: an operator that leaves its input as it
+    was (``torch.chain_matmul`` of one matrix, ``squeeze`` without a size-1 dimension, a
+    pad by zero), which the ATen trace misses where it runs as a copy or a view. Found by
+    watching the forward's local variables line by line (``sys.settrace``)."""
+    import linecache
+    import sys
+
+    code = type(model).forward.__code__
+    found: list[str] = []
+    before: dict[str, tuple[torch.Tensor, int]] = {}
+    line = [0]
+
+    def tensors(frame) -> dict[str, torch.Tensor]:
+        return {k: v for k, v in frame.f_locals.items() if isinstance(v, torch.Tensor)}
+
+    def compare(new: list[torch.Tensor]) -> None:
+        for value in new:
+            for old, version in before.values():
+                if (old is not value and old._version == version and old.shape == value.shape
+                        and old.dtype == value.dtype and torch.equal(old, value)):
+                    text = linecache.getline(code.co_filename, line[0]).strip()
+                    found.append(f"`{text or f'line {line[0]}'}` returns its input unchanged")
+                    return
+
+    def local(frame, event, arg):
+        if event in ("line", "return") and line[0]:
+            held = {id(t) for t, _ in before.values()}
+            new = [v for v in tensors(frame).values() if id(v) not in held]
+            if event == "return":
+                new += [t for t in tree_leaves(arg) if isinstance(t, torch.Tensor)
+                        and id(t) not in held]
+            compare(new)
+        before.clear()
+        before.update({k: (v, v._version) for k, v in tensors(frame).items()})
+        line[0] = frame.f_lineno
+        return local
+
+    def calls(frame, event, arg):
+        return local if event == "call" and frame.f_code is code else None
+
+    previous = sys.gettrace()
+    sys.settrace(calls)
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        sys.settrace(previous)
+    return sorted(set(found), key=found.index)
