@@ -87,3 +87,8 @@ def test_tiny_config_runs_as_documented(tmp_path: Path, builtin_replay_run: Opti
             end = json.loads((episode / "trajectory.jsonl").read_text().splitlines()[-1])
             assert end["result"]["stop_reason"] != "token_limit", episode
     assert (out / "actor-ppo" / "config.json").is_file()
+    assert (out / "critic-value" / "value_head.pt").is_file()
+    assert {"loss", "kl", "clip_fraction", "explained_variance"} <= set(records[-1])
+    for name in ("rft-loss", "value-explained_variance", "ppo-reward"):  # the curves
+        assert (out / f"{name}.png").is_file(), name
+    assert list((out / "tensorboard").iterdir())

@@ -1,25 +1,19 @@
-"""PPO: the toy task's reward curve (a regression test with a fixed seed), and the whole
-pipeline on CPU: RFT on the shipped expert replay, value pretraining, one PPO step on a
-real task with the real judge.
+"""PPO: the toy task's reward curve (a regression test with a fixed seed), and LoRA, KL and
+resuming on it. The whole pipeline on the CPU (RFT on the shipped expert replay, value
+pretraining, PPO on a real task with the real judge) runs with the shipped tiny config in
+tests/train/test_shipped_configs.py.
 
     pytest -q tests/train/test_trainer_ppo.py            # the toy task (~20 s)
-    pytest -q -m slow tests/train/test_trainer_ppo.py    # + the pipeline
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 from pathlib import Path
 
-import pytest
 import torch
-from typer.testing import CliRunner
 
-from cuda_agent.cli.main import app
 from cuda_agent.train.ppo import train_ppo
-from tests.conftest import OptimizeRun
-from tests.train.trainer_helpers import build_digit_model, build_tiny_model, tiny_config
+from tests.train.trainer_helpers import build_digit_model, tiny_config
 
 
 def test_toy_ppo_raises_reward(tmp_path: Path) -> None:
@@ -45,51 +39,6 @@ def test_toy_ppo_raises_reward(tmp_path: Path) -> None:
         "step-000006", "step-000012"]
     assert (out / "actor-ppo" / "config.json").is_file()
     assert (out / "critic-ppo" / "value_head.pt").is_file()
-
-
-@pytest.mark.slow
-def test_pipeline_rft_value_ppo_on_cpu(tmp_path: Path, builtin_replay_run: OptimizeRun
-                                       ) -> None:
-    # the expert: the shipped replay's real episode on the built-in example
-    assert builtin_replay_run.exit_code == 0, builtin_replay_run.output
-    expert = tmp_path / "expert" / "trajectory.jsonl"
-    expert.parent.mkdir()
-    shutil.copyfile(builtin_replay_run.out / "trajectory.jsonl", expert)
-    end = json.loads(expert.read_text().splitlines()[-1])
-    assert end["type"] == "episode_end" and end["result"]["reward"] >= 1
-    model = build_tiny_model(tmp_path / "model")
-    out = tmp_path / "run"
-    config = tmp_path / "train.yaml"
-    config.write_text(f"""
-model: {{path: {model}, device: cpu}}
-data: {{trajectories: ["{tmp_path}/expert/*.jsonl"], max_len: 16000}}
-optim: {{lr: 1.0e-3, critic_lr: 1.0e-3, batch_size: 1, epochs: 1}}
-ppo: {{mode: single_turn, steps: 1, rollouts_per_step: 1, tasks: [builtin:gelu_bias_scale],
-      device: cpu, max_new_tokens: 8,
-      judge: {{trials: 2, time_compile: false, time_budget_s: 0.3}}}}
-logging: {{out_dir: {out}, tensorboard: true, progress: false}}
-""")
-    runner = CliRunner()
-    done = runner.invoke(app, ["train", "rft", "--config", str(config)])
-    assert done.exit_code == 0, done.output
-    done = runner.invoke(app, ["train", "value", "--config", str(config),
-                               "--set", f"model.path={out}/actor-rft"])
-    assert done.exit_code == 0, done.output
-    done = runner.invoke(app, ["train", "ppo", "--config", str(config),
-                               "--set", f"model.path={out}/actor-rft",
-                               "--set", f"model.critic_path={out}/critic-value"])
-    assert done.exit_code == 0, done.output
-    records = [json.loads(line) for line in (out / "metrics.jsonl").open()]
-    assert [r["stage"] for r in records] == ["rft", "value", "ppo"]
-    ppo = records[-1]
-    assert ppo["reward"] == -1 and ppo["episodes"] == 1  # a random model fails the judge
-    assert {"loss", "kl", "clip_fraction", "explained_variance"} <= set(ppo)
-    for name in ("rft-loss", "value-explained_variance", "ppo-reward"):
-        assert (out / f"{name}.png").is_file(), name
-    assert list((out / "tensorboard").iterdir())
-    rollout = next((out / "rollouts" / "step-000001").iterdir())
-    end = json.loads((rollout / "trajectory.jsonl").read_text().splitlines()[-1])
-    assert end["type"] == "episode_end" and end["result"]["reward"] == -1
 
 
 def test_toy_ppo_with_lora_kl_and_resume(tmp_path: Path) -> None:

@@ -22,7 +22,8 @@ History:
   judge's comparison at every trial of 5 draws and 2 scaled draws).
 - synth-filters-v3: borderline refusals near every threshold; mostly-constant outputs;
   statements that return an input unchanged; inputs drawn from one seed for every task;
-  KernelBench decontamination on by default, 'skipped' when no copy is found.
+  KernelBench decontamination on by default, 'skipped' when no copy is found; on the CPU,
+  runtimes are CPU time per torch thread (wall time on a GPU).
 """
 
 # The released CUDA-Agent-Ops-6K mix (paper, section 1): 1 op 3.4%, 2 ops 83.8%, 3 ops 7.6%,
@@ -92,7 +93,8 @@ class FilterConfig(BaseModel):
         "input or turns a varying input into a constant (a no-op or dead part).")
     min_ms_gpu: float = Field(1.0, description="Eager runtime window on CUDA, lower bound (ms).")
     max_ms_gpu: float = Field(100.0, description="Eager runtime window on CUDA, upper bound (ms).")
-    min_ms_cpu: float = Field(1.0, description="Eager runtime window on CPU, lower bound (ms).")
+    min_ms_cpu: float = Field(1.0, description="Eager runtime window on CPU, lower bound (ms "
+                              "of CPU time per torch thread).")
     max_ms_cpu: float = Field(100.0, description="Eager runtime window on CPU, upper bound (ms).")
     timing_runs: int = Field(5, ge=1, description="Timed eager calls (median is reported).")
     similarity_threshold: float = Field(

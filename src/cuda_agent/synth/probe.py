@@ -221,13 +221,20 @@ def _constant_share(out1: list[torch.Tensor], f: FilterConfig, report: Report) -
 
 
 def _time(fn, device: str, runs: int) -> float:
+    """The median time of ``fn`` in ms: wall time on a GPU; on the CPU the process's CPU
+    time per torch thread, which other processes on the machine barely change (they
+    stretch the wall time several-fold), so the runtime window's verdict is the same on a
+    busy machine as on a quiet one."""
+    cpu = not device.startswith("cuda")
+    clock = time.process_time if cpu else time.perf_counter
+    share = torch.get_num_threads() if cpu else 1
     times = []
     for _ in range(runs):
         _sync(device)
-        start = time.perf_counter()
+        start = clock()
         fn()
         _sync(device)
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((clock() - start) * 1e3 / share)
     return statistics.median(times)
 
 
