@@ -49,6 +49,12 @@ def checked(verdict: Verdict, plan: JudgePlan, reference: Worker, cached: Baseli
     why = disagreement(cached.eager, fresh, cfg.trusted_rel_ci)
     if why is None:
         verdict.baselines.append(source(origin, cached, fresh))
+        unsteady = problems("the fresh check", fresh, cached.meaning, cfg)
+        if unsteady:  # so wide an interval overlaps any cached figure: it confirms none
+            verdict.unsettled["eager"] = (
+                "timing unreliable against eager: the cached baseline is unconfirmed, "
+                + "; ".join(unsteady) + f"; {load()}: no speed-up counted over it, judge "
+                "again on a quieter machine for one")
         return cached
     if origin == "cached" and cfg.store_baselines:
         baseline_cache.forget(plan.baseline_key)  # wrong: no later judgement may read it
