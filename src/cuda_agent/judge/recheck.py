@@ -14,6 +14,7 @@ the two were measured together, under the same load.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -55,7 +56,11 @@ def checked(verdict: Verdict, plan: JudgePlan, reference: Worker, cached: Baseli
                 "timing unreliable against eager: the cached baseline is unconfirmed, "
                 + "; ".join(unsteady) + f"; {load()}: no speed-up counted over it, judge "
                 "again on a quieter machine for one")
-        return cached
+            return cached
+        used, note = confirmed(cached, fresh)
+        if note:
+            verdict.flags.append(note)
+        return used
     if origin == "cached" and cfg.store_baselines:
         baseline_cache.forget(plan.baseline_key)  # wrong: no later judgement may read it
     with turn.first_to_measure():
@@ -73,6 +78,31 @@ def checked(verdict: Verdict, plan: JudgePlan, reference: Worker, cached: Baseli
             f"timing unreliable against eager: measured again, {still}; {load()}: no "
             "speed-up counted over it, judge again on a quieter machine for one")
     return base
+
+
+def confirmed(cached: Baselines, fresh: TimingStats) -> tuple[Baselines, str | None]:
+    """The baselines a judgement uses where a steady ``fresh`` check agrees with ``cached``
+    (within the intervals and the margin): the faster of the two eager times, with
+    torch.compile's scaled as eager's was. The reference runs no faster than the machine
+    lets it, so the check's time is never below the true one: where it is below the cached
+    one, that figure was slowed (an earlier load) and would inflate every speed-up over it
+    by up to the margin; a check slower than the cache lowers nothing (this judgement's load
+    only ever costs the candidate). Returns the flag that names a replaced figure."""
+    if cached.eager is None or fresh.median_ms >= cached.eager.median_ms:
+        return cached, None
+    ratio = fresh.median_ms / cached.eager.median_ms
+    compile_ = None if cached.compile is None else _scaled(cached.compile, ratio)
+    note = (f"the cached eager time {cached.eager.median_ms:.4g} ms is above a fresh check's "
+            f"{fresh.median_ms:.4g} ms: the check's time is used"
+            + ("" if compile_ is None else f", torch.compile's scaled by {ratio:.3f}"))
+    return dataclasses.replace(cached, eager=fresh, compile=compile_), note
+
+
+def _scaled(stats: TimingStats, ratio: float) -> TimingStats:
+    """``stats`` with every time multiplied by ``ratio``."""
+    times = {f.name: getattr(stats, f.name) * ratio for f in dataclasses.fields(stats)
+             if f.name.endswith("_ms") and getattr(stats, f.name) is not None}
+    return dataclasses.replace(stats, **times)
 
 
 def fresh_check(plan: JudgePlan, reference: Worker, tracer: str | None, turn: GpuTurn
