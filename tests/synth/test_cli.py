@@ -26,7 +26,8 @@ def test_check_json_keys(tmp_path):
     assert ok.returncode == 0, ok.stderr
     verdict = json.loads(ok.stdout)
     assert verdict["accepted"] is True and verdict["reasons"] == []
-    assert all(isinstance(v, bool) for v in verdict["checks"].values())
+    # a check that could not run (KernelBench's copy absent) reads "skipped", never true
+    assert all(isinstance(v, bool) or v == "skipped" for v in verdict["checks"].values())
     assert any("runtime" in name for name in verdict["checks"])
     rejected = _synth("check", str(bad), *window)
     assert rejected.returncode == 1
