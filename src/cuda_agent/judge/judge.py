@@ -208,7 +208,10 @@ class Judge:
         """Steps 4-10, each in order."""
         cfg, (ref_worker, *cand_workers) = self.config, workers
         ref, staged, base = self._reference_and_baselines(verdict, plan, ahead, cached)  # 4, 5
-        if cfg.time and not cfg.store_baselines:
+        if cfg.time and not cfg.store_baselines and verdict.baselines and \
+                verdict.baselines[-1].source in ("measured", "remeasured"):
+            # kept as measured: a check's faster time (recheck.confirmed) serves this
+            # judgement only, else each call's check would ratchet the figure down
             self._baselines[plan.baseline_key] = base
         job = plan.job("candidate", timing=plan.candidate_timing(), profile=profile,
                        extension=verdict.build.extension_path if verdict.build else None,
