@@ -29,6 +29,7 @@ from cuda_agent.judge.recheck import confirmed, disagreement
 from cuda_agent.judge.trust import problems
 from cuda_agent.results import JudgeResult, TimingStats
 from cuda_agent.tasks import load_task
+from tests.judge.test_trust import HOG
 
 TASK = "builtin:gelu_bias_scale"
 QUICK = JudgeConfig(device="cpu", trials=2, scales=(), time_compile=False)
@@ -59,14 +60,6 @@ def judged(config: JudgeConfig) -> JudgeResult:
     return Judge(config).judge(load_task(TASK), Candidate.from_ref(TASK, "cpu"))
 
 
-HOG = """
-import random, time
-while True:  # bursts of work and rest: a sleeper wakes with the scheduler's credit too
-    end = time.perf_counter() + random.uniform(0.001, 0.03)
-    while time.perf_counter() < end:
-        pass
-    time.sleep(random.uniform(0.0, 0.01))
-"""
 
 
 @contextlib.contextmanager
@@ -77,7 +70,7 @@ def load_until_first_exclusive_turn(turn: Path, per_cpu: int = 3) -> Iterator[li
     candidate's) runs on a quiet machine. Yields a list that gets "checked under load"
     once the hold was seen."""
     turn.touch()
-    procs = [subprocess.Popen([sys.executable, "-c", HOG])
+    procs = [subprocess.Popen([sys.executable, "-c", HOG], stdout=subprocess.DEVNULL)
              for _ in range(per_cpu * len(os.sched_getaffinity(0)))]
     seen: list[str] = []
     done = threading.Event()
